@@ -1,0 +1,180 @@
+// The data layer's narrow interface and its two adapters: a pg Pool for DATABASE_URL, and PGlite
+// (real Postgres compiled to WASM) called directly for the embedded default (DESIGN.md §3).
+
+import fs from 'node:fs'
+import pg from 'pg'
+import { PGlite, types as pgliteTypes } from '@electric-sql/pglite'
+
+export interface QueryResult<T> {
+  rows: T[]
+  rowCount: number
+}
+
+export interface Queryable {
+  query<T = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<QueryResult<T>>
+}
+
+export interface Db extends Queryable {
+  readonly kind: 'pg' | 'pglite'
+  /** Runs fn inside BEGIN … COMMIT; any throw rolls back and rethrows. */
+  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>
+  /** Runs a script of several statements without parameters (migrations). */
+  exec(sql: string): Promise<void>
+  /** Runs fn on one dedicated connection (session-level advisory locks). */
+  withConnection<T>(fn: (conn: Queryable & { exec(sql: string): Promise<void> }) => Promise<T>): Promise<T>
+  close(): Promise<void>
+}
+
+/** Thrown for every failure to reach the database, so HTTP can answer 503 (API.md §10). */
+export class DbUnavailableError extends Error {
+  constructor(cause: unknown) {
+    super(`database unavailable: ${(cause as Error)?.message ?? String(cause)}`)
+    this.name = 'DbUnavailableError'
+    this.cause = cause
+  }
+}
+
+const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', '57P01', '57P02', '57P03', '08000', '08003', '08006', '08001', '08004'])
+
+export function isConnectionError(e: unknown): boolean {
+  const code = (e as { code?: string })?.code
+  if (code && CONNECTION_CODES.has(code)) return true
+  const msg = String((e as Error)?.message ?? '')
+  return /Connection terminated|connection timeout|Client has encountered a connection error|timeout exceeded when trying to connect/i.test(msg)
+}
+
+// int8 and numeric come back as strings by default; every bigint we store is an epoch-ms time,
+// a token count or a lease token, all far below 2^53.
+pg.types.setTypeParser(20, (v) => Number(v))
+
+class PgDb implements Db {
+  readonly kind = 'pg' as const
+  readonly pool: pg.Pool
+
+  constructor(url: string, max: number) {
+    this.pool = new pg.Pool({ connectionString: url, max, connectionTimeoutMillis: 10000, idleTimeoutMillis: 30000 })
+    // an idle client that loses its connection must not crash the process
+    this.pool.on('error', () => {})
+  }
+
+  async query<T>(sql: string, params?: unknown[]): Promise<QueryResult<T>> {
+    try {
+      const r = await this.pool.query(sql, params as unknown[])
+      return { rows: r.rows as T[], rowCount: r.rowCount ?? 0 }
+    } catch (e) {
+      throw isConnectionError(e) ? new DbUnavailableError(e) : e
+    }
+  }
+
+  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+    let client: pg.PoolClient
+    try {
+      client = await this.pool.connect()
+    } catch (e) {
+      throw new DbUnavailableError(e)
+    }
+    let broken = false
+    const tx: Queryable = {
+      async query<R>(sql: string, params?: unknown[]) {
+        const r = await client.query(sql, params as unknown[])
+        return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 }
+      },
+    }
+    try {
+      await client.query('BEGIN')
+      const out = await fn(tx)
+      await client.query('COMMIT')
+      return out
+    } catch (e) {
+      try {
+        await client.query('ROLLBACK')
+      } catch {
+        broken = true
+      }
+      throw isConnectionError(e) ? new DbUnavailableError(e) : e
+    } finally {
+      client.release(broken)
+    }
+  }
+
+  async exec(sql: string): Promise<void> {
+    await this.pool.query(sql)
+  }
+
+  async withConnection<T>(fn: (conn: Queryable & { exec(sql: string): Promise<void> }) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect()
+    try {
+      return await fn({
+        async query<R>(sql: string, params?: unknown[]) {
+          const r = await client.query(sql, params as unknown[])
+          return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 }
+        },
+        async exec(sql: string) {
+          await client.query(sql)
+        },
+      })
+    } finally {
+      client.release()
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end()
+  }
+}
+
+class PgliteDb implements Db {
+  readonly kind = 'pglite' as const
+
+  constructor(readonly pglite: PGlite) {}
+
+  async query<T>(sql: string, params?: unknown[]): Promise<QueryResult<T>> {
+    const r = await this.pglite.query<T>(sql, params as unknown[])
+    return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length }
+  }
+
+  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+    return this.pglite.transaction(async (t) =>
+      fn({
+        async query<R>(sql: string, params?: unknown[]) {
+          const r = await t.query<R>(sql, params as unknown[])
+          return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length }
+        },
+      }),
+    )
+  }
+
+  async exec(sql: string): Promise<void> {
+    await this.pglite.exec(sql)
+  }
+
+  async withConnection<T>(fn: (conn: Queryable & { exec(sql: string): Promise<void> }) => Promise<T>): Promise<T> {
+    return fn({ query: (s, p) => this.query(s, p), exec: (s) => this.exec(s) })
+  }
+
+  async close(): Promise<void> {
+    if (!this.pglite.closed) await this.pglite.close()
+  }
+}
+
+export interface OpenOptions {
+  databaseUrl?: string
+  dataDir: string
+  poolSize?: number
+}
+
+/** Opens PostgreSQL when a URL is given, else the embedded PGlite database under dataDir/pgdata. */
+export async function openDb(o: OpenOptions): Promise<Db> {
+  if (o.databaseUrl) return new PgDb(o.databaseUrl, o.poolSize ?? 20)
+  return openPglite(`${o.dataDir}/pgdata`)
+}
+
+export async function openPglite(dir: string | undefined): Promise<Db> {
+  if (dir) fs.mkdirSync(dir, { recursive: true })
+  const pglite = await PGlite.create(dir ?? 'memory://', { parsers: { [pgliteTypes.INT8]: (v: string) => Number(v) } })
+  return new PgliteDb(pglite)
+}
+
+export function openPg(url: string, poolSize = 20): Db {
+  return new PgDb(url, poolSize)
+}

@@ -1,0 +1,83 @@
+// The durable log: appending under the session row lock (seq dense from 0, allocated inside the
+// appending transaction, DESIGN.md §3) and reading pages of it.
+
+import type { Draft, SessionEvent } from '../session/index.js'
+import type { Queryable } from './db.js'
+import { updateRow, type RowPatch, type SessionRow } from './sessions.js'
+
+/** The wire form of an event (API.md §6): fixed member order, absent members omitted. */
+export function eventJson(e: SessionEvent): string {
+  let s = `{"seq":${e.seq},"time":${e.time},"type":${JSON.stringify(e.type)},"data":${JSON.stringify(e.data)}`
+  if (e.surfaceOp !== undefined) s += `,"surfaceOp":${JSON.stringify(e.surfaceOp)}`
+  if (e.sourceEventSeqs !== undefined) s += `,"sourceEventSeqs":${JSON.stringify(e.sourceEventSeqs)}`
+  return `${s}}`
+}
+
+/** A committed event with its wire text, so fan-out serializes it once. */
+export interface StoredEvent extends SessionEvent {
+  readonly json: string
+}
+
+export function stored(e: SessionEvent, json = eventJson(e)): StoredEvent {
+  Object.defineProperty(e, 'json', { value: json, enumerable: false })
+  return e as StoredEvent
+}
+
+/** Gives drafts their seq and time (SPEC §3.1.2: time = max(now, previous time)), in order. */
+export function stamp(row: { nextSeq: number; lastTime: number }, drafts: readonly Draft[], time?: number): SessionEvent[] {
+  const t = time ?? Math.max(Date.now(), row.lastTime)
+  return drafts.map((d, i) => {
+    const e: SessionEvent = { seq: row.nextSeq + i, time: t, type: d.type, data: d.data }
+    if (d.surfaceOp !== undefined) e.surfaceOp = d.surfaceOp
+    if (d.sourceEventSeqs !== undefined) e.sourceEventSeqs = d.sourceEventSeqs
+    return e
+  })
+}
+
+/**
+ * Writes stamped events of a locked row and moves the row (next_seq, last_time and the patch) in
+ * the caller's transaction. The events must continue the row's seq exactly.
+ */
+export async function writeEvents(tx: Queryable, row: SessionRow, events: readonly SessionEvent[], patch: RowPatch = {}): Promise<StoredEvent[]> {
+  const out = events.map((e) => stored(e))
+  if (out.length) {
+    if (out[0].seq !== row.nextSeq) throw new Error(`append at seq ${out[0].seq} but the log is at ${row.nextSeq}`)
+    await tx.query(
+      'INSERT INTO session_events (session_key, seq, time, type, body) SELECT $1, * FROM unnest($2::int[], $3::bigint[], $4::text[], $5::text[])',
+      [row.key, out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), out.map((e) => e.json)],
+    )
+    const last = out[out.length - 1]
+    await updateRow(tx, row.key, { nextSeq: last.seq + 1, lastTime: last.time }, patch)
+    row.nextSeq = last.seq + 1
+    row.lastTime = last.time
+    row.updatedAt = last.time
+  } else await updateRow(tx, row.key, null, patch)
+  return out
+}
+
+/** Raw wire texts of events with seq in (after, upTo], ascending, at most limit. */
+export async function readEventTexts(db: Queryable, key: string, after: number, limit: number, upTo?: number): Promise<{ seq: number; body: string }[]> {
+  const params: unknown[] = [key, after, limit]
+  let sql = 'SELECT seq, body FROM session_events WHERE session_key = $1 AND seq > $2'
+  if (upTo !== undefined) {
+    params.push(upTo)
+    sql += ' AND seq <= $4'
+  }
+  const { rows } = await db.query<{ seq: number; body: string }>(`${sql} ORDER BY seq LIMIT $3`, params)
+  return rows
+}
+
+/** Events with seq > after (all of them by default), parsed. */
+export async function readEvents(db: Queryable, key: string, after = -1, limit = 1_000_000): Promise<StoredEvent[]> {
+  const rows = await readEventTexts(db, key, after, limit)
+  return rows.map((r) => stored(JSON.parse(r.body) as SessionEvent, r.body))
+}
+
+/** The surface-eligible events of a session (for deriving history without the whole log). */
+export async function readSurfaceEvents(db: Queryable, key: string): Promise<SessionEvent[]> {
+  const { rows } = await db.query<{ body: string }>(
+    "SELECT body FROM session_events WHERE session_key = $1 AND type IN ('system/message', 'user/message', 'assistant/message', 'tool/result') ORDER BY seq",
+    [key],
+  )
+  return rows.map((r) => JSON.parse(r.body) as SessionEvent)
+}

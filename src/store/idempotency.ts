@@ -1,0 +1,29 @@
+// Idempotency records of deliveries (API.md §5): the first answer for a client message id.
+
+import type { Queryable } from './db.js'
+
+export interface IdempotencyRecord {
+  messageId: string
+  route: string
+  bodyHash: string
+  seq: number
+}
+
+export async function findIdempotency(db: Queryable, key: string, messageId: string): Promise<IdempotencyRecord | undefined> {
+  const { rows } = await db.query<{ message_id: string; route: string; body_hash: string; seq: number }>(
+    'SELECT message_id, route, body_hash, seq FROM idempotency WHERE session_key = $1 AND message_id = $2',
+    [key, messageId],
+  )
+  const r = rows[0]
+  return r ? { messageId: r.message_id, route: r.route, bodyHash: r.body_hash, seq: r.seq } : undefined
+}
+
+export async function recordIdempotency(db: Queryable, key: string, r: IdempotencyRecord): Promise<void> {
+  await db.query('INSERT INTO idempotency (session_key, message_id, route, body_hash, seq, created_at) VALUES ($1, $2, $3, $4, $5, $6)', [key, r.messageId, r.route, r.bodyHash, r.seq, Date.now()])
+}
+
+/** Drops records older than maxAgeMs (they are kept at least 24 hours). */
+export async function pruneIdempotency(db: Queryable, maxAgeMs: number): Promise<number> {
+  const r = await db.query('DELETE FROM idempotency WHERE created_at < $1', [Date.now() - maxAgeMs])
+  return r.rowCount
+}

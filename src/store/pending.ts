@@ -1,0 +1,50 @@
+// Tool calls that wait for a client result or an approval (SPEC §18.10): durable rows any process
+// can list and answer.
+
+import type { Queryable } from './db.js'
+
+export type PendingKind = 'client' | 'approval'
+
+export interface PendingCall {
+  callId: string
+  kind: PendingKind
+  name: string
+  arguments: string
+  answered: boolean
+  answer: unknown
+}
+
+type Raw = { call_id: string; kind: PendingKind; name: string; arguments: string; answered: boolean; answer: string | null }
+const toCall = (r: Raw): PendingCall => ({ callId: r.call_id, kind: r.kind, name: r.name, arguments: r.arguments, answered: r.answered, answer: r.answer === null ? undefined : JSON.parse(r.answer) })
+
+export async function insertPending(db: Queryable, key: string, c: { callId: string; kind: PendingKind; name: string; arguments: string }): Promise<void> {
+  await db.query(
+    `INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at) VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (session_key, call_id) DO UPDATE SET kind = EXCLUDED.kind, answered = false, answer = NULL`,
+    [key, c.callId, c.kind, c.name, c.arguments, Date.now()],
+  )
+}
+
+export async function listPending(db: Queryable, key: string, onlyUnanswered = true): Promise<PendingCall[]> {
+  const { rows } = await db.query<Raw>(
+    `SELECT call_id, kind, name, arguments, answered, answer FROM pending_calls WHERE session_key = $1 ${onlyUnanswered ? 'AND NOT answered' : ''} ORDER BY created_at, call_id`,
+    [key],
+  )
+  return rows.map(toCall)
+}
+
+export async function getPending(db: Queryable, key: string, callId: string): Promise<PendingCall | undefined> {
+  const { rows } = await db.query<Raw>('SELECT call_id, kind, name, arguments, answered, answer FROM pending_calls WHERE session_key = $1 AND call_id = $2', [key, callId])
+  return rows[0] ? toCall(rows[0]) : undefined
+}
+
+/** Marks an unanswered call of that kind answered; false when there is none (409 tool-call-not-pending). */
+export async function answerPending(db: Queryable, key: string, callId: string, kind: PendingKind, answer: unknown): Promise<boolean> {
+  const r = await db.query('UPDATE pending_calls SET answered = true, answer = $4 WHERE session_key = $1 AND call_id = $2 AND kind = $3 AND NOT answered', [key, callId, kind, JSON.stringify(answer)])
+  return r.rowCount > 0
+}
+
+export async function deletePending(db: Queryable, key: string, callIds?: string[]): Promise<void> {
+  if (callIds === undefined) await db.query('DELETE FROM pending_calls WHERE session_key = $1', [key])
+  else if (callIds.length) await db.query('DELETE FROM pending_calls WHERE session_key = $1 AND call_id = ANY($2::text[])', [key, callIds])
+}

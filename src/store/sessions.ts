@@ -1,0 +1,206 @@
+// Session rows: what a session is (model, prompt, tools), where its log stands (next_seq, last_time,
+// the inbox projection), its run state and lease, and its usage ledger.
+
+import type { Inbox, Json, JsonObject } from '../session/index.js'
+import type { Queryable } from './db.js'
+
+export type RunState = 'idle' | 'wanted' | 'running' | 'maintenance'
+
+export interface SessionSpec {
+  model: string
+  system: string
+  tools: JsonObject[]
+  maxTokens?: number
+  reasoningEffort?: string
+  metadata: JsonObject
+}
+
+export interface SessionRow extends SessionSpec {
+  key: string
+  tenantId: string
+  id: string
+  title: string | null
+  createHash: string
+  createdAt: number
+  nextSeq: number
+  lastTime: number
+  updatedAt: number
+  openTurn: number | null
+  runState: RunState
+  cancelPending: boolean
+  wakeLatched: boolean
+  leaseOwner: string | null
+  leaseToken: number
+  leaseExpiresAt: number | null
+  usage: { inputTokens: number; outputTokens: number; cacheReadTokens: number; cacheWriteTokens: number; costUsd: number }
+}
+
+const COLUMNS = `key, tenant_id, id, title, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at,
+  next_seq, last_time, updated_at, open_turn, run_state, cancel_pending, wake_latched, lease_owner, lease_token, lease_expires_at,
+  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd`
+
+type Raw = Record<string, unknown>
+
+function toRow(r: Raw): SessionRow {
+  const row: SessionRow = {
+    key: r.key as string,
+    tenantId: r.tenant_id as string,
+    id: r.id as string,
+    title: (r.title as string | null) ?? null,
+    model: r.model as string,
+    system: r.system as string,
+    tools: JSON.parse(r.tools as string),
+    metadata: JSON.parse(r.metadata as string),
+    createHash: r.create_hash as string,
+    createdAt: Number(r.created_at),
+    nextSeq: r.next_seq as number,
+    lastTime: Number(r.last_time),
+    updatedAt: Number(r.updated_at),
+    openTurn: (r.open_turn as number | null) ?? null,
+    runState: r.run_state as RunState,
+    cancelPending: r.cancel_pending as boolean,
+    wakeLatched: r.wake_latched as boolean,
+    leaseOwner: (r.lease_owner as string | null) ?? null,
+    leaseToken: Number(r.lease_token),
+    leaseExpiresAt: r.lease_expires_at === null ? null : Number(r.lease_expires_at),
+    usage: {
+      inputTokens: Number(r.input_tokens),
+      outputTokens: Number(r.output_tokens),
+      cacheReadTokens: Number(r.cache_read_tokens),
+      cacheWriteTokens: Number(r.cache_write_tokens),
+      costUsd: Number(r.cost_usd),
+    },
+  }
+  if (r.max_tokens !== null && r.max_tokens !== undefined) row.maxTokens = r.max_tokens as number
+  if (r.reasoning_effort !== null && r.reasoning_effort !== undefined) row.reasoningEffort = r.reasoning_effort as string
+  return row
+}
+
+export interface NewSession extends SessionSpec {
+  key: string
+  tenantId: string
+  id: string
+  createHash: string
+  createdAt: number
+}
+
+/** Inserts a session; returns null when the (tenant, id) pair exists already. */
+export async function insertSession(db: Queryable, s: NewSession): Promise<SessionRow | null> {
+  const { rows } = await db.query<Raw>(
+    `INSERT INTO sessions (key, tenant_id, id, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
+     ON CONFLICT (tenant_id, id) DO NOTHING
+     RETURNING ${COLUMNS}`,
+    [s.key, s.tenantId, s.id, s.model, s.system, JSON.stringify(s.tools), s.maxTokens ?? null, s.reasoningEffort ?? null, JSON.stringify(s.metadata), s.createHash, s.createdAt],
+  )
+  return rows[0] ? toRow(rows[0]) : null
+}
+
+export async function getSession(db: Queryable, tenantId: string, id: string): Promise<SessionRow | undefined> {
+  const { rows } = await db.query<Raw>(`SELECT ${COLUMNS} FROM sessions WHERE tenant_id = $1 AND id = $2`, [tenantId, id])
+  return rows[0] ? toRow(rows[0]) : undefined
+}
+
+export async function getSessionByKey(db: Queryable, key: string): Promise<SessionRow | undefined> {
+  const { rows } = await db.query<Raw>(`SELECT ${COLUMNS} FROM sessions WHERE key = $1`, [key])
+  return rows[0] ? toRow(rows[0]) : undefined
+}
+
+/** The session row locked FOR UPDATE: the first statement of every session-mutating transaction. */
+export async function lockSession(db: Queryable, key: string): Promise<SessionRow | undefined> {
+  const { rows } = await db.query<Raw>(`SELECT ${COLUMNS} FROM sessions WHERE key = $1 FOR UPDATE`, [key])
+  return rows[0] ? toRow(rows[0]) : undefined
+}
+
+/** The locked row's inbox projection. */
+export async function readInbox(db: Queryable, key: string): Promise<Inbox> {
+  const { rows } = await db.query<{ inbox: string }>('SELECT inbox FROM sessions WHERE key = $1', [key])
+  return rows[0] ? (JSON.parse(rows[0].inbox) as Inbox) : { nextTurn: [], nextStep: [] }
+}
+
+export interface ListPage {
+  sessions: SessionRow[]
+  nextCursor: string | null
+}
+
+export function encodeCursor(r: { updatedAt: number; key: string }): string {
+  return Buffer.from(`${r.updatedAt}:${r.key}`).toString('base64url')
+}
+
+export function decodeCursor(c: string): { updatedAt: number; key: string } | null {
+  const s = Buffer.from(c, 'base64url').toString('utf8')
+  const m = /^(\d+):([0-9a-f-]{36})$/.exec(s)
+  return m ? { updatedAt: Number(m[1]), key: m[2] } : null
+}
+
+/** Newest activity first (updated_at, then key), keyset-paged. */
+export async function listSessions(db: Queryable, tenantId: string, limit: number, cursor?: { updatedAt: number; key: string }): Promise<ListPage> {
+  const params: unknown[] = [tenantId, limit + 1]
+  let where = 'tenant_id = $1'
+  if (cursor) {
+    params.push(cursor.updatedAt, cursor.key)
+    where += ' AND (updated_at, key) < ($3, $4::uuid)'
+  }
+  const { rows } = await db.query<Raw>(`SELECT ${COLUMNS} FROM sessions WHERE ${where} ORDER BY updated_at DESC, key DESC LIMIT $2`, params)
+  const list = rows.map(toRow)
+  const more = list.length > limit
+  if (more) list.pop()
+  return { sessions: list, nextCursor: more ? encodeCursor(list[list.length - 1]) : null }
+}
+
+export async function patchSession(db: Queryable, key: string, patch: { title?: string | null; metadata?: Json }): Promise<void> {
+  const sets: string[] = []
+  const params: unknown[] = [key]
+  if (patch.title !== undefined) {
+    params.push(patch.title)
+    sets.push(`title = $${params.length}`)
+  }
+  if (patch.metadata !== undefined) {
+    params.push(JSON.stringify(patch.metadata))
+    sets.push(`metadata = $${params.length}`)
+  }
+  if (sets.length) await db.query(`UPDATE sessions SET ${sets.join(', ')} WHERE key = $1`, params)
+}
+
+export async function deleteSession(db: Queryable, key: string): Promise<boolean> {
+  const r = await db.query('DELETE FROM sessions WHERE key = $1', [key])
+  return r.rowCount > 0
+}
+
+/** Columns an append may move, besides next_seq and last_time. */
+export interface RowPatch {
+  inbox?: Inbox
+  openTurn?: number | null
+  runState?: RunState
+  cancelPending?: boolean
+  wakeLatched?: boolean
+  usage?: { inputTokens: number; outputTokens: number; cacheReadTokens: number; cacheWriteTokens: number; costUsd: number }
+}
+
+/** Moves the row after an append (or alone, with no events). */
+export async function updateRow(db: Queryable, key: string, log: { nextSeq: number; lastTime: number } | null, p: RowPatch): Promise<void> {
+  const sets: string[] = []
+  const params: unknown[] = [key]
+  const add = (sql: string, v: unknown) => {
+    params.push(v)
+    sets.push(sql.replace('?', `$${params.length}`))
+  }
+  if (log) {
+    add('next_seq = ?', log.nextSeq)
+    add('last_time = ?', log.lastTime)
+    add('updated_at = ?', log.lastTime)
+  }
+  if (p.inbox) add('inbox = ?', JSON.stringify(p.inbox))
+  if (p.openTurn !== undefined) add('open_turn = ?', p.openTurn)
+  if (p.runState !== undefined) add('run_state = ?', p.runState)
+  if (p.cancelPending !== undefined) add('cancel_pending = ?', p.cancelPending)
+  if (p.wakeLatched !== undefined) add('wake_latched = ?', p.wakeLatched)
+  if (p.usage) {
+    add('input_tokens = input_tokens + ?', p.usage.inputTokens)
+    add('output_tokens = output_tokens + ?', p.usage.outputTokens)
+    add('cache_read_tokens = cache_read_tokens + ?', p.usage.cacheReadTokens)
+    add('cache_write_tokens = cache_write_tokens + ?', p.usage.cacheWriteTokens)
+    add('cost_usd = cost_usd + ?', p.usage.costUsd)
+  }
+  if (sets.length) await db.query(`UPDATE sessions SET ${sets.join(', ')} WHERE key = $1`, params)
+}

@@ -1,0 +1,93 @@
+// A fresh database per test file: PostgreSQL cloned from the migrated template, or PGlite copied from
+// the migrated template directory. Both are real Postgres; nothing is mocked.
+
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import pg from 'pg'
+import { inject } from 'vitest'
+import { openPg, openPglite, type Db } from '../../src/store/index.js'
+import { adminUrl, baseUrl } from './db-urls.js'
+
+export type DbKind = 'pg' | 'pglite'
+export const DB_KINDS: DbKind[] = ['pg', 'pglite']
+
+export interface TestDb {
+  db: Db
+  kind: DbKind
+  /** PostgreSQL URL (pg) or data directory (pglite) of this database */
+  url?: string
+  dataDir?: string
+  drop(): Promise<void>
+}
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    pgTemplate: string
+    pgliteTemplate: string
+  }
+}
+
+/** A fresh PostgreSQL database cloned from the template; its URL for servers started by the test. */
+export async function freshPgDatabase(): Promise<{ url: string; name: string; drop(): Promise<void> }> {
+  const tmpl = inject('pgTemplate')
+  const name = `${tmpl}_${crypto.randomBytes(4).toString('hex')}`
+  const admin = new pg.Client({ connectionString: adminUrl() })
+  await admin.connect()
+  // CREATE DATABASE … TEMPLATE needs the template to have no other sessions; retry briefly
+  for (let i = 0; ; i++) {
+    try {
+      await admin.query(`CREATE DATABASE ${name} TEMPLATE ${tmpl}`)
+      break
+    } catch (e) {
+      if (i > 50 || !/being accessed by other users/.test((e as Error).message)) throw e
+      await new Promise((r) => setTimeout(r, 50 + Math.random() * 100))
+    }
+  }
+  await admin.end()
+  return {
+    url: baseUrl(name),
+    name,
+    async drop() {
+      const c = new pg.Client({ connectionString: adminUrl() })
+      await c.connect()
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await c.end()
+    },
+  }
+}
+
+/** A fresh PGlite data directory copied from the template. */
+export function freshPgliteDir(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-test-'))
+  fs.cpSync(inject('pgliteTemplate'), dir, { recursive: true })
+  return dir
+}
+
+export async function openTestDb(kind: DbKind): Promise<TestDb> {
+  if (kind === 'pg') {
+    const fresh = await freshPgDatabase()
+    const db = openPg(fresh.url, 10)
+    return {
+      db,
+      kind,
+      url: fresh.url,
+      async drop() {
+        await db.close()
+        await fresh.drop()
+      },
+    }
+  }
+  const dir = freshPgliteDir()
+  const db = await openPglite(path.join(dir, 'pgdata'))
+  return {
+    db,
+    kind,
+    dataDir: dir,
+    async drop() {
+      await db.close()
+      fs.rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}

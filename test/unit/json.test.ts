@@ -1,0 +1,38 @@
+import { describe, expect, it } from 'vitest'
+import { assertLosslessJson, canonicalJson, JsonValueError } from '../../src/session/index.js'
+
+describe('lossless JSON (SPEC §3.1.3)', () => {
+  const bad: Array<[string, unknown]> = [
+    ['undefined', { a: undefined }],
+    ['a function', { f: () => 1 }],
+    ['a BigInt', { n: 1n }],
+    ['a symbol', [Symbol('x')]],
+    ['-0', { z: -0 }],
+    ['NaN', [NaN]],
+    ['Infinity', { i: Infinity }],
+    ['-Infinity', { i: -Infinity }],
+    // eslint-disable-next-line no-sparse-arrays
+    ['a sparse array', [1, , 3]],
+    ['a Date', { d: new Date() }],
+    ['a Map', { m: new Map() }],
+    ['a class instance', { c: new (class X {})() }],
+  ]
+  it.each(bad)('rejects %s', (_name, value) => {
+    expect(() => assertLosslessJson(value)).toThrow(JsonValueError)
+  })
+  it('rejects cycles', () => {
+    const a: Record<string, unknown> = {}
+    a.self = a
+    expect(() => assertLosslessJson(a)).toThrow(/cycle/)
+  })
+  it('accepts plain JSON, including repeated (non-cyclic) references', () => {
+    const shared = { x: 1 }
+    expect(() => assertLosslessJson({ a: shared, b: shared, s: 'é\u0000', n: [0, 1.5, -2, null, true], o: Object.create(null) })).not.toThrow()
+  })
+  it('names the offending path', () => {
+    expect(() => assertLosslessJson({ a: [{ b: NaN }] })).toThrow('$.a[0].b')
+  })
+  it('canonical JSON sorts keys', () => {
+    expect(canonicalJson({ b: 1, a: { d: [1, { f: 2, e: 3 }], c: null } })).toBe('{"a":{"c":null,"d":[1,{"e":3,"f":2}]},"b":1}')
+  })
+})
