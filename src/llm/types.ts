@@ -26,13 +26,21 @@ export const DEFAULT_RETRY_POLICY: RetryPolicy = Object.freeze({
  * A loop request (SPEC §8.9): the header's config spread at top level, the derived messages, the
  * header's tools, the live session id and the turn's signal. Frozen; it has no `system` field.
  */
-export type LlmRequest = LlmCallConfig & {
+export interface LlmRequest {
+  provider: string
+  model: string
+  reasoningEffort?: string
+  maxTokens?: number
+  temperature?: number
+  stop?: string[]
   messages: readonly Message[]
   tools?: readonly ToolSchema[]
   sessionId: string
   signal: AbortSignal
   /** 'compaction' for summary calls (SPEC §12.5); absent for loop requests */
   purpose?: string
+  /** further scalar config fields of the header, spread at top level */
+  [k: string]: unknown
 }
 
 /** What a model route is, for session validation and the compaction meter. */

@@ -3,7 +3,15 @@
 
 import type { Draft, SessionEvent } from '../session/index.js'
 import type { Queryable } from './db.js'
-import { updateRow, type RowPatch, type SessionRow } from './sessions.js'
+import { updateRow, type RowPatch } from './sessions.js'
+
+/** What an append needs of the locked row; writeEvents moves it forward. */
+export interface LogPosition {
+  key: string
+  nextSeq: number
+  lastTime: number
+  updatedAt?: number
+}
 
 /** The wire form of an event (API.md §6): fixed member order, absent members omitted. */
 export function eventJson(e: SessionEvent): string {
@@ -38,7 +46,7 @@ export function stamp(row: { nextSeq: number; lastTime: number }, drafts: readon
  * Writes stamped events of a locked row and moves the row (next_seq, last_time and the patch) in
  * the caller's transaction. The events must continue the row's seq exactly.
  */
-export async function writeEvents(tx: Queryable, row: SessionRow, events: readonly SessionEvent[], patch: RowPatch = {}): Promise<StoredEvent[]> {
+export async function writeEvents(tx: Queryable, row: LogPosition, events: readonly SessionEvent[], patch: RowPatch = {}): Promise<StoredEvent[]> {
   const out = events.map((e) => stored(e))
   if (out.length) {
     if (out[0].seq !== row.nextSeq) throw new Error(`append at seq ${out[0].seq} but the log is at ${row.nextSeq}`)

@@ -112,6 +112,50 @@ export async function lockSession(db: Queryable, key: string): Promise<SessionRo
   return rows[0] ? toRow(rows[0]) : undefined
 }
 
+/** The columns a driver append needs, locked FOR UPDATE (the fenced append path). */
+export interface LeanRow {
+  key: string
+  nextSeq: number
+  lastTime: number
+  updatedAt: number
+  runState: RunState
+  cancelPending: boolean
+  wakeLatched: boolean
+  leaseOwner: string | null
+  leaseToken: number
+  openTurn: number | null
+}
+
+export async function lockLean(db: Queryable, key: string): Promise<LeanRow | undefined> {
+  const { rows } = await db.query<Raw>(
+    'SELECT key, next_seq, last_time, updated_at, run_state, cancel_pending, wake_latched, lease_owner, lease_token, open_turn FROM sessions WHERE key = $1 FOR UPDATE',
+    [key],
+  )
+  const r = rows[0]
+  if (!r) return undefined
+  return {
+    key: r.key as string,
+    nextSeq: r.next_seq as number,
+    lastTime: Number(r.last_time),
+    updatedAt: Number(r.updated_at),
+    runState: r.run_state as RunState,
+    cancelPending: r.cancel_pending as boolean,
+    wakeLatched: r.wake_latched as boolean,
+    leaseOwner: (r.lease_owner as string | null) ?? null,
+    leaseToken: Number(r.lease_token),
+    openTurn: (r.open_turn as number | null) ?? null,
+  }
+}
+
+/** The database clock in epoch ms: lease times never depend on a process's clock. */
+export const NOW_MS = '(extract(epoch from clock_timestamp()) * 1000)::bigint'
+
+/** Takes the lease of a row the caller has locked: a new fencing token, expiry in ttlMs. */
+export async function takeLease(db: Queryable, key: string, owner: string, ttlMs: number): Promise<SessionRow> {
+  const { rows } = await db.query<Raw>(`UPDATE sessions SET lease_owner = $2, lease_token = lease_token + 1, lease_expires_at = ${NOW_MS} + $3 WHERE key = $1 RETURNING ${COLUMNS}`, [key, owner, ttlMs])
+  return toRow(rows[0])
+}
+
 /** The locked row's inbox projection. */
 export async function readInbox(db: Queryable, key: string): Promise<Inbox> {
   const { rows } = await db.query<{ inbox: string }>('SELECT inbox FROM sessions WHERE key = $1', [key])

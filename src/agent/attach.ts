@@ -1,0 +1,86 @@
+// Attaching a loop instance to a session (SPEC §13): in ONE transaction with the lease claim, fold
+// the log, append deterministic closers for a turn the previous holder left open, and mark where new
+// writes begin with session/end-seed.
+
+import { SessionState, type Draft, type Json, type SessionEvent } from '../session/index.js'
+import { deletePending, readEvents, stamp, writeEvents, type Db, type Queryable, type SessionRow, type StoredEvent } from '../store/index.js'
+import { newMessageId } from './messages.js'
+import type { KeyedMutex } from './locks.js'
+import type { Publisher } from './publish.js'
+import type { Lease } from './log.js'
+
+export const OUTCOME_UNKNOWN_TEXT =
+  'Error: the server restarted while this tool call was running, so it may or may not have taken effect; verify its effect before repeating it, especially if it changes anything.'
+export const NOT_STARTED_TEXT = 'Error: tool call was not started: the server restarted before it could run.'
+
+/** SPEC §13.1: the closers of an open turn, in order. */
+export function planRepair(state: SessionState): Draft[] {
+  if (state.openTurn === null) return []
+  const out: Draft[] = []
+  for (const c of state.openCalls.values()) {
+    const logged = c.callSeq !== undefined
+    const message = {
+      id: newMessageId(),
+      role: 'user',
+      content: [{ type: 'tool-result', toolCallId: c.callId, isError: true, content: [{ type: 'text', text: logged ? OUTCOME_UNKNOWN_TEXT : NOT_STARTED_TEXT }] }],
+      source: { kind: 'tool', callId: c.callId },
+    }
+    const error = logged ? { name: 'ToolError', code: 'TOOL_OUTCOME_UNKNOWN' } : { name: 'AbortError', code: 'TOOL_NOT_STARTED' }
+    out.push({ type: 'tool/result', data: { turn: c.turn, step: c.step, message, error } as unknown as Json, surfaceOp: 'append', ...(logged ? { sourceEventSeqs: [c.callSeq!] } : {}) })
+  }
+  if (state.openStep !== null) out.push({ type: 'step/end', data: { turn: state.openTurn, step: state.openStep } })
+  out.push({ type: 'turn/end', data: { turn: state.openTurn, reason: { kind: 'interrupted' } } })
+  return out
+}
+
+export interface Attached {
+  row: SessionRow
+  lease: Lease
+  state: SessionState
+  events: StoredEvent[]
+  /** 'startup' for a fresh log (SPEC §18.6) */
+  source: 'startup' | 'resume'
+  repaired: boolean
+}
+
+/**
+ * Claims and loads a session. `claim` runs first in the transaction (it locks the row) and returns
+ * null when the lease is not to be had. Throws on a log that does not fold (SPEC §4.1: never drive it).
+ */
+export async function attach(
+  d: { db: Db; mutex: KeyedMutex; publisher: Publisher },
+  key: string,
+  claim: (tx: Queryable) => Promise<{ row: SessionRow; lease: Lease } | null>,
+): Promise<Attached | null> {
+  return d.mutex.run(key, async () => {
+    const out = await d.db.transaction(async (tx) => {
+      const c = await claim(tx)
+      if (!c) return null
+      const log = await readEvents(tx, key)
+      const state = SessionState.fromEvents(log)
+      const source: Attached['source'] = state.fresh ? 'startup' : 'resume'
+      const added: SessionEvent[] = []
+      const closers = planRepair(state)
+      // closers reuse the last stored time (SPEC §18.13); the marker follows the clock
+      for (const draft of closers) {
+        const [e] = stamp(state, [draft], state.lastTime)
+        state.apply(e)
+        added.push(e)
+      }
+      if (closers.length) await deletePending(tx, key)
+      if (!state.fresh && state.nonSpliceSinceSeed) {
+        const [e] = stamp(state, [{ type: 'session/end-seed', data: {} }])
+        state.apply(e)
+        added.push(e)
+      }
+      const pos = { key, nextSeq: c.row.nextSeq, lastTime: c.row.lastTime }
+      const events = await writeEvents(tx, pos, added, closers.length ? { openTurn: null } : {})
+      c.row.nextSeq = state.nextSeq
+      c.row.lastTime = state.lastTime
+      c.row.openTurn = state.openTurn
+      return { row: c.row, lease: c.lease, state, events, source, repaired: closers.length > 0 }
+    })
+    if (out?.events.length) d.publisher.committed({ key, id: out.row.id }, out.events)
+    return out
+  })
+}

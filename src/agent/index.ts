@@ -1,0 +1,12 @@
+// The agent's door: the Agent and its handle, attaching (crash repair), intake of deliveries and
+// cancels from any process, sessions, publication, and the prompt services plugins use.
+export { Agent, agentOf, LOOP_REQUEST, type AgentDeps, type AgentHandle, type AgentSpec, type Phase } from './agent.js'
+export { attach, planRepair, OUTCOME_UNKNOWN_TEXT, NOT_STARTED_TEXT, type Attached } from './attach.js'
+export { Intake, bodyHash, ROUTE_TARGET, ROUTE_WAKES, type Accepted, type DeliveryRoute } from './intake.js'
+export { Sessions, sessionObject, usageOf, ledger, newSessionId, type SessionObject, type ToolValidation, type ModelValidation } from './sessions.js'
+export { Publisher, type SessionRef } from './publish.js'
+export { KeyedMutex } from './locks.js'
+export { SessionLog, LeaseLostError, type Lease, type UnitBuilder } from './log.js'
+export { SystemPromptService, renderPrompt, reconcile, canonicalTools, promptContent, systemNodes, type PromptAssembly } from './prompt.js'
+export { toUserMessage, normalizeContent, newMessageId, idempotencyMessageId, InputError, type MessageInput } from './messages.js'
+export { AbortedError, TurnLlmError, errorChain } from './errors.js'

@@ -1,0 +1,179 @@
+// What any process accepts for a session, each as ONE transaction under the session row lock
+// (SPEC §2.2, §18.4): deliveries, inbox removals, cancels and answers to pending tool calls. The
+// driver, wherever it runs, learns of them through the bus and the row.
+
+import crypto from 'node:crypto'
+import { ApiError, sessionNotFound } from '../errors.js'
+import { canonicalJson, findPending, InboxError, planClear, planSplice, type Draft, type Inbox, type InboxTarget, type SplicedData, type UserMessage } from '../session/index.js'
+import { answerPending, findIdempotency, lockSession, readInbox, recordIdempotency, stamp, writeEvents, type Db, type Queryable, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
+import type { KeyedMutex } from './locks.js'
+import type { Publisher } from './publish.js'
+
+export type DeliveryRoute = 'followup' | 'steer' | 'inject'
+
+export const ROUTE_TARGET: Record<DeliveryRoute, InboxTarget> = { followup: 'next-turn', steer: 'next-step', inject: 'next-step' }
+export const ROUTE_WAKES: Record<DeliveryRoute, boolean> = { followup: true, steer: true, inject: false }
+
+export interface Accepted {
+  messageId: string
+  seq: number
+}
+
+export interface IntakeDeps {
+  db: Db
+  publisher: Publisher
+  mutex: KeyedMutex
+  /** the Agent handle for notification payloads, when this process drives the session */
+  agentFor?: (key: string) => unknown
+}
+
+export const bodyHash = (route: string, body: unknown) => crypto.createHash('sha256').update(`${route}\n${canonicalJson(body)}`).digest('hex')
+
+interface Locked<T> {
+  result: T
+  events?: StoredEvent[]
+  /** after commit and publication (live notifications, wakes) */
+  after?: () => void
+}
+
+/** Applies splice data to a copy-free inbox view and returns the removed messages per splice. */
+function spliceInbox(inbox: Inbox, d: SplicedData): UserMessage[] {
+  const list = d.target === 'next-turn' ? inbox.nextTurn : inbox.nextStep
+  return list.splice(d.start, d.removedCount ?? 0, ...d.inserted)
+}
+
+export class Intake {
+  constructor(private readonly d: IntakeDeps) {}
+
+  /** Runs one locked transaction for a session; publishes its events after commit, in seq order. */
+  private async locked<T>(key: string, id: string, fn: (tx: Queryable, row: SessionRow) => Promise<Locked<T>>): Promise<T> {
+    if (this.d.publisher.isPublishing(key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
+    return this.d.mutex.run(key, async () => {
+      const out = await this.d.db.transaction(async (tx) => {
+        const row = await lockSession(tx, key)
+        if (!row) throw sessionNotFound(id)
+        return fn(tx, row)
+      })
+      if (out.events?.length) this.d.publisher.committed({ key, id }, out.events)
+      out.after?.()
+      return out.result
+    })
+  }
+
+  private notify(key: string, id: string, name: string, payload: Record<string, unknown>): void {
+    this.d.publisher.live({ key, id }, name, payload, this.d.agentFor?.(key))
+  }
+
+  /**
+   * Delivery (API.md §5, SPEC §4.4). With `idempotency` (the client named the message), the same id
+   * and body answer the original {messageId, seq}; another body or route is 409.
+   */
+  async deliver(row: SessionRow, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<Accepted & { replayed: boolean }> {
+    const { key, id } = row
+    return this.locked<Accepted & { replayed: boolean }>(key, id, async (tx, locked) => {
+      if (idempotency) {
+        const rec = await findIdempotency(tx, key, message.id)
+        if (rec) {
+          if (rec.route !== route || rec.bodyHash !== idempotency.bodyHash) throw new ApiError('idempotency-conflict', `message id ${message.id} was used before with another ${rec.route !== route ? 'route' : 'body'}`)
+          return { result: { messageId: rec.messageId, seq: rec.seq, replayed: true } }
+        }
+      }
+      const wakes = ROUTE_WAKES[route]
+      // SPEC §4.4: waking input after a cancel request, while the cancelled activity closes, goes to next-turn and latches
+      const target: InboxTarget = wakes && locked.cancelPending ? 'next-turn' : ROUTE_TARGET[route]
+      const inbox = await readInbox(tx, key)
+      let data: SplicedData | null
+      try {
+        const len = (target === 'next-turn' ? inbox.nextTurn : inbox.nextStep).length
+        data = planSplice(inbox, target, len, 0, [message])
+      } catch (e) {
+        if (e instanceof InboxError) throw new ApiError('idempotency-conflict', `message id ${message.id} is already pending`)
+        throw e
+      }
+      spliceInbox(inbox, data!)
+      const patch: RowPatch = { inbox }
+      let wake = false
+      if (wakes) {
+        if (locked.runState === 'idle' && !locked.cancelPending) {
+          patch.runState = 'wanted'
+          wake = true
+        } else if (locked.runState === 'maintenance' || locked.cancelPending) patch.wakeLatched = true
+      }
+      const events = await writeEvents(tx, locked, stamp(locked, [{ type: 'agent/inbox/spliced', data: data as unknown as Draft['data'] }]), patch)
+      if (idempotency) await recordIdempotency(tx, key, { messageId: message.id, route, bodyHash: idempotency.bodyHash, seq: events[0].seq })
+      return {
+        result: { messageId: message.id, seq: events[0].seq, replayed: false },
+        events,
+        after: () => {
+          this.notify(key, id, 'agent/inbox/inserted', { message })
+          if (wake) this.d.publisher.bus.wake(key)
+          else this.d.publisher.bus.poke(key)
+        },
+      }
+    })
+  }
+
+  /** DELETE …/inbox/:messageId: a cancelling removal (SPEC §4.3); 409 once claimed or gone. */
+  async removeFromInbox(row: SessionRow, messageId: string): Promise<void> {
+    const { key, id } = row
+    await this.locked(key, id, async (tx, locked) => {
+      const inbox = await readInbox(tx, key)
+      const at = findPending(inbox, messageId)
+      if (!at) throw new ApiError('queue-item-not-found', `message ${messageId} is not pending`)
+      const data = planSplice(inbox, at.target, at.index, 1, [], 'canceled')!
+      spliceInbox(inbox, data)
+      const events = await writeEvents(tx, locked, stamp(locked, [{ type: 'agent/inbox/spliced', data: data as unknown as Draft['data'] }]), { inbox })
+      return {
+        result: undefined,
+        events,
+        after: () => {
+          this.notify(key, id, 'agent/inbox/discarded', { message: at.message })
+          this.d.publisher.bus.poke(key)
+        },
+      }
+    })
+  }
+
+  /**
+   * POST …/cancel (SPEC §5.5, §18.4): clears the inbox unless keepInbox (and resets the latch), and
+   * sets cancel_pending while anything runs. Answers whether something was running.
+   */
+  async cancel(row: SessionRow, keepInbox: boolean): Promise<{ cancelled: boolean }> {
+    const { key, id } = row
+    return this.locked(key, id, async (tx, locked) => {
+      const cancelled = locked.runState !== 'idle'
+      const patch: RowPatch = {}
+      const drafts: Draft[] = []
+      const discarded: UserMessage[] = []
+      if (!keepInbox) {
+        const inbox = await readInbox(tx, key)
+        for (const d of planClear(inbox)) {
+          discarded.push(...spliceInbox(inbox, d))
+          drafts.push({ type: 'agent/inbox/spliced', data: d as unknown as Draft['data'] })
+        }
+        if (drafts.length) patch.inbox = inbox
+        if (locked.wakeLatched) patch.wakeLatched = false
+      }
+      if (cancelled && !locked.cancelPending) patch.cancelPending = true
+      const events = await writeEvents(tx, locked, stamp(locked, drafts), patch)
+      return {
+        result: { cancelled },
+        events,
+        after: () => {
+          for (const message of discarded) this.notify(key, id, 'agent/inbox/discarded', { message })
+          this.d.publisher.bus.poke(key)
+        },
+      }
+    })
+  }
+
+  /** POST …/tool-results and …/approvals/:callId (API.md §7, SPEC §18.10). */
+  async answer(row: SessionRow, callId: string, kind: 'client' | 'approval', answer: unknown): Promise<void> {
+    const { key, id } = row
+    await this.locked(key, id, async (tx) => {
+      const ok = await answerPending(tx, key, callId, kind, answer)
+      if (!ok) throw new ApiError('tool-call-not-pending', `no ${kind === 'client' ? 'client tool call' : 'approval'} ${callId} is pending`)
+      return { result: undefined, after: () => this.d.publisher.bus.poke(key) }
+    })
+  }
+}

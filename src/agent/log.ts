@@ -1,0 +1,151 @@
+// The driver's view of its session log and its ONE way to append: a unit is built against the
+// folded state under the session row lock, fenced by the lease token, written in the same
+// transaction, and published after commit (DESIGN.md §3, SPEC §2.4, §3.1.4).
+
+import type { Logger } from 'pino'
+import { LogError, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
+import { lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type StoredEvent } from '../store/index.js'
+import type { KeyedMutex } from './locks.js'
+import type { Publisher } from './publish.js'
+import { ledger, usageOf } from './sessions.js'
+
+/** The lease this driver holds; every append checks it (SPEC §2.2). */
+export interface Lease {
+  owner: string
+  token: number
+}
+
+export class LeaseLostError extends Error {
+  constructor(readonly sessionId: string, readonly reason: 'lost' | 'deleted') {
+    super(reason === 'deleted' ? `session ${sessionId} was deleted` : `the lease of session ${sessionId} was lost`)
+    this.name = 'LeaseLostError'
+  }
+}
+
+/** Builds a unit: each add() stamps, validates and folds the draft at once, so later drafts see it. */
+export interface UnitBuilder {
+  add(d: Draft, opts?: { time?: number }): SessionEvent
+  readonly row: LeanRow
+  readonly tx: Queryable
+}
+
+export interface CommitResult<T> {
+  events: StoredEvent[]
+  value: T
+  row: LeanRow
+}
+
+export interface SessionLogDeps {
+  db: Db
+  publisher: Publisher
+  mutex: KeyedMutex
+  log: Logger
+  onAppend?: (n: number) => void
+}
+
+export class SessionLog {
+  /** the latest row flags this driver saw (cancel_pending, wake_latched, run_state) */
+  row: LeanRow | undefined
+
+  constructor(
+    private readonly d: SessionLogDeps,
+    readonly key: string,
+    readonly id: string,
+    readonly state: SessionState,
+    public lease: Lease,
+  ) {}
+
+  /** Folds events other processes committed (splices of deliveries, cancels, removals). */
+  private async catchUp(tx: Queryable, row: LeanRow): Promise<StoredEvent[]> {
+    if (row.nextSeq <= this.state.nextSeq) return []
+    const events = await readEvents(tx, this.key, this.state.headSeq)
+    for (const e of events) this.state.apply(e)
+    return events
+  }
+
+  private check(row: LeanRow | undefined): LeanRow {
+    if (!row) throw new LeaseLostError(this.id, 'deleted')
+    if (row.leaseOwner !== this.lease.owner || row.leaseToken !== this.lease.token) throw new LeaseLostError(this.id, 'lost')
+    return row
+  }
+
+  /**
+   * Commits one unit. `build` adds drafts through the builder (each folded at once) and may return
+   * a row patch and a value. Throwing anywhere — in build, on validation, in the database — leaves
+   * the folded state exactly as before. Returns the committed events, already published.
+   */
+  async commit<T = void>(
+    build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void,
+    opts: { publish?: boolean; inTx?: (tx: Queryable) => Promise<void>; beforePublish?: (value: T, events: StoredEvent[]) => void } = {},
+  ): Promise<CommitResult<T>> {
+    if (this.d.publisher.isPublishing(this.key)) throw new LogError('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
+    return this.d.mutex.run(this.key, async () => {
+      const undos: Undo[] = []
+      let result: { events: StoredEvent[]; value: T; row: LeanRow }
+      try {
+        result = await this.d.db.transaction(async (tx) => {
+          const row = this.check(await lockLean(tx, this.key))
+          await this.catchUp(tx, row)
+          const added: SessionEvent[] = []
+          const u: UnitBuilder = {
+            row,
+            tx,
+            add: (draft, o) => {
+              const time = o?.time ?? Math.max(Date.now(), this.state.lastTime)
+              const [e] = stamp({ nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }, [draft], Math.max(time, this.state.lastTime))
+              undos.push(this.state.apply(e))
+              added.push(e)
+              return e
+            },
+          }
+          const out = build(u) ?? {}
+          const patch: RowPatch = { ...(out.patch ?? {}) }
+          // the row mirrors the log: open turn, inbox projection, usage ledger
+          let usage: RowPatch['usage']
+          for (const e of added) {
+            if (e.type === 'turn/start') patch.openTurn = (e.data as { turn: number }).turn
+            else if (e.type === 'turn/end') patch.openTurn = null
+            else if (e.type === 'agent/inbox/spliced') patch.inbox = this.state.inbox
+            const u2 = usageOf(e)
+            if (u2) {
+              const l = ledger(u2)
+              usage = usage ? { inputTokens: usage.inputTokens + l.inputTokens, outputTokens: usage.outputTokens + l.outputTokens, cacheReadTokens: usage.cacheReadTokens + l.cacheReadTokens, cacheWriteTokens: usage.cacheWriteTokens + l.cacheWriteTokens, costUsd: usage.costUsd + l.costUsd } : l
+            }
+          }
+          if (usage) patch.usage = usage
+          const pos = { key: this.key, nextSeq: row.nextSeq, lastTime: row.lastTime }
+          // the builder stamped against the folded state, which equals the row after catch-up
+          const events = await writeEvents(tx, { ...pos, nextSeq: this.state.nextSeq - added.length }, added, patch)
+          if (opts.inTx) await opts.inTx(tx)
+          const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }
+          if (patch.runState !== undefined) next.runState = patch.runState
+          if (patch.cancelPending !== undefined) next.cancelPending = patch.cancelPending
+          if (patch.wakeLatched !== undefined) next.wakeLatched = patch.wakeLatched
+          if (patch.openTurn !== undefined) next.openTurn = patch.openTurn
+          return { events, value: out.value as T, row: next }
+        })
+      } catch (e) {
+        for (let i = undos.length - 1; i >= 0; i--) undos[i]()
+        throw e
+      }
+      this.row = result.row
+      this.d.onAppend?.(result.events.length)
+      opts.beforePublish?.(result.value, result.events)
+      if (opts.publish !== false) this.d.publisher.committed({ key: this.key, id: this.id }, result.events)
+      return result
+    })
+  }
+
+  /** Reads what others committed and the row flags, without appending (a doorbell or a poke). */
+  async sync(): Promise<LeanRow> {
+    return this.d.mutex.run(this.key, async () => {
+      const row = await this.d.db.transaction(async (tx) => {
+        const r = this.check(await lockLean(tx, this.key))
+        await this.catchUp(tx, r)
+        return r
+      })
+      this.row = row
+      return row
+    })
+  }
+}

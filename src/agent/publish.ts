@@ -1,0 +1,60 @@
+// Publication after commit (SPEC §2.8, §3.1.5, §3.7, §18.11): durable events go to the bus (local
+// subscribers and other processes) and to plugins' `session/event`; live notifications go to the bus
+// (wire payload without `agent`) and to plugins' `agent/*` listeners (payload with `agent`).
+
+import type { Logger } from 'pino'
+import type { Bus } from '../bus/index.js'
+import { emitContained, hasListeners, type Context } from '../hooks/index.js'
+import type { StoredEvent } from '../store/index.js'
+
+export interface SessionRef {
+  key: string
+  id: string
+}
+
+export class Publisher {
+  private readonly publishing = new Set<string>()
+  /** work to run once a session's publication ends (a cancel issued by an observer, SPEC §18.9) */
+  private readonly afterPublish = new Map<string, Array<() => void>>()
+
+  constructor(readonly bus: Bus, readonly root: Context, readonly log: Logger) {}
+
+  /** While true, appends by observers must be refused (SPEC §3.1.5). */
+  isPublishing(key: string): boolean {
+    return this.publishing.has(key)
+  }
+
+  /** Runs fn now, or when the session's current publication ends. */
+  whenNotPublishing(key: string, fn: () => void): void {
+    if (!this.publishing.has(key)) return fn()
+    let l = this.afterPublish.get(key)
+    if (!l) this.afterPublish.set(key, (l = []))
+    l.push(fn)
+  }
+
+  committed(s: SessionRef, events: readonly StoredEvent[]): void {
+    if (!events.length) return
+    this.bus.publishCommit(s.key, events)
+    if (!hasListeners(this.root, 'session/event')) return
+    this.publishing.add(s.key)
+    try {
+      for (const e of events) emitContained(this.root, 'session/event', [{ ...e, sessionId: s.id }], (err, plugin) => this.log.warn({ err, plugin, sessionId: s.id }, 'session/event listener failed'))
+    } finally {
+      this.publishing.delete(s.key)
+      const after = this.afterPublish.get(s.key)
+      if (after) {
+        this.afterPublish.delete(s.key)
+        for (const fn of after) fn()
+      }
+    }
+  }
+
+  /**
+   * A live notification. `wire` is what subscribers receive (defaults to the payload); plugins get
+   * the payload plus `agent`.
+   */
+  live(s: SessionRef, name: string, payload: Record<string, unknown>, agent?: unknown, wire: unknown = payload): void {
+    this.bus.publishLive(s.key, { event: name, data: wire })
+    if (hasListeners(this.root, name)) emitContained(this.root, name, [{ ...payload, agent }], (err, plugin) => this.log.warn({ err, plugin, sessionId: s.id, notification: name }, 'notification listener failed'))
+  }
+}

@@ -1,0 +1,182 @@
+// Composition: config → store, bus, hooks (cordis root), llm, tools, plugins, worker host, http.
+
+import fs from 'node:fs'
+import path from 'node:path'
+import pino, { type Logger } from 'pino'
+import type { FastifyInstance } from 'fastify'
+import type { Config } from './config.js'
+import { Agent, Intake, KeyedMutex, Publisher, SessionLog, Sessions, SystemPromptService, errorChain, type AgentDeps } from './agent/index.js'
+import { Feeds, LocalHub, PgBus, type Bus, type LiveFrame } from './bus/index.js'
+import { createRoot, type Context } from './hooks/index.js'
+import { buildHttp, type DriverControl } from './http/app.js'
+import { Metrics } from './http/metrics.js'
+import { createLlmService, type LlmService, type LlmServiceOptions } from './llm/index.js'
+import { loadBuiltinPlugins, loadServerPlugins } from './plugins/index.js'
+import { migrate, openDb, schemaCurrent, tenants, type Db, type SessionRow } from './store/index.js'
+import { checkToolUrl, parseToolHosts, type HostPolicy } from './tools/hosts.js'
+import { ToolRegistry } from './tools/registry.js'
+import { WorkerHost } from './worker/host.js'
+import { ApiError } from './errors.js'
+
+export interface App {
+  config: Config
+  log: Logger
+  db: Db
+  bus: Bus
+  root: Context
+  llm: LlmService
+  intake: Intake
+  sessions: Sessions
+  publisher: Publisher
+  metrics: Metrics
+  host?: WorkerHost
+  http?: FastifyInstance
+  /** the listening address, when listening */
+  url?: string
+  /** the key printed on the first embedded start */
+  firstKey?: string
+  close(): Promise<void>
+}
+
+export interface StartOptions {
+  log?: Logger
+  /** listen on config.host:config.port (default true) */
+  listen?: boolean
+  /** an already open database (tests) */
+  db?: Db
+  /** options for the model service beyond the config (tests: extra pi-ai models) */
+  llm?: Partial<LlmServiceOptions>
+  /** plugins applied after the built-in ones and AGENTD_PLUGINS (tests) */
+  plugins?: Array<(root: Context) => void>
+}
+
+export async function startApp(config: Config, o: StartOptions = {}): Promise<App> {
+  const log = o.log ?? pino({ level: config.logLevel, base: { pid: process.pid } })
+  const db = o.db ?? (await openDb({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }))
+  const cleanup: Array<() => Promise<void> | void> = []
+  try {
+    await migrate(db)
+    let firstKey: string | undefined
+    if (!config.databaseUrl && !o.db) firstKey = await ensureEmbeddedTenant(db, config.dataDir, log)
+
+    const metrics = new Metrics()
+    const root = createRoot()
+    root.provide('tools', undefined, true)
+    root.plugin(ToolRegistry)
+    root.provide('systemPrompt', undefined, true)
+    root.plugin(SystemPromptService)
+    const toolPolicy: HostPolicy = parseToolHosts(config.toolHosts)
+    const llm = createLlmService({ modelsFile: config.modelsFile, defaultModel: config.defaultModel, log, ...(o.llm ?? {}) })
+
+    let bus: Bus
+    if (config.databaseUrl && db.kind === 'pg') {
+      const pgBus = new PgBus({ url: config.databaseUrl, db, log })
+      await pgBus.start()
+      bus = pgBus
+    } else bus = new LocalHub()
+    cleanup.push(() => bus.close())
+
+    const publisher = new Publisher(bus, root, log)
+    const mutex = new KeyedMutex()
+    let host: WorkerHost | undefined
+    const intake = new Intake({ db, publisher, mutex, agentFor: (key) => host?.agent(key)?.handle() })
+    const registry = (root as unknown as { tools: ToolRegistry }).tools
+    const sessions = new Sessions({
+      db,
+      publisher,
+      mutex,
+      models: llm,
+      tools: { builtin: (name) => registry.get(name), checkUrl: (url) => checkToolUrl(url, toolPolicy) },
+    })
+    const feeds = new Feeds(bus, db)
+
+    loadBuiltinPlugins(root, config.builtinPlugins)
+    await loadServerPlugins(root, config.plugins)
+    for (const p of o.plugins ?? []) p(root)
+
+    if (config.role !== 'api') {
+      const agentDeps: AgentDeps = {
+        db,
+        publisher,
+        log,
+        root,
+        llm,
+        toolPolicy,
+        metrics,
+        maxParallelToolCalls: () => config.maxParallelToolCalls,
+        makeLog: (key, id, state) => new SessionLog({ db, publisher, mutex, log, onAppend: (n) => metrics.appends.inc({}, n) }, key, id, state, { owner: '', token: 0 }),
+      }
+      host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
+      host.start()
+      metrics.gauge('agentd_driven_sessions', 'Sessions whose driver runs in this process', () => host!.size)
+    }
+
+    const driver: DriverControl = {
+      compact: async (row: SessionRow) => compactNow(host, row),
+      deleted: async (row: SessionRow) => {
+        host?.deleted(row.key)
+        bus.poke(row.key)
+      },
+    }
+    const snapshot = (key: string): LiveFrame | undefined => host?.agent(key)?.snapshotFrame()
+
+    const app: App = {
+      config,
+      log,
+      db,
+      bus,
+      root,
+      llm,
+      intake,
+      sessions,
+      publisher,
+      metrics,
+      host,
+      firstKey,
+      async close() {
+        await app.http?.close()
+        await host?.stop(config.shutdownGraceMs)
+        for (const c of cleanup.reverse()) await c()
+        await root.scope.dispose?.()
+        if (!o.db) await db.close()
+      },
+    }
+    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, snapshot, driver, ready: () => schemaCurrent(db) })
+    if (o.listen !== false) {
+      app.url = await app.http.listen({ port: config.port, host: config.host })
+      log.info({ url: app.url, role: config.role, database: db.kind }, 'agentd listening')
+    }
+    return app
+  } catch (e) {
+    for (const c of cleanup.reverse()) await Promise.resolve(c()).catch(() => {})
+    if (!o.db) await db.close().catch(() => {})
+    throw e
+  }
+}
+
+/** SPEC §12.7 via the driver: manual compaction while idle. Issue #5 fills in the compaction itself. */
+async function compactNow(host: WorkerHost | undefined, row: SessionRow): Promise<{ compacted: boolean }> {
+  if (!host) throw new ApiError('session-busy', 'this process drives no sessions (AGENTD_ROLE=api); try a worker')
+  const agent: Agent | null = host.agent(row.key) ?? (await host.claim(row.key))
+  if (!agent) throw new ApiError('session-busy', 'another process drives this session right now; try again')
+  if (agent.busy) throw new ApiError('session-busy', 'a turn is running; compaction runs while idle')
+  const compact = (agent as unknown as { compactNow?: () => Promise<boolean> }).compactNow
+  if (!compact) return { compacted: false }
+  try {
+    return { compacted: await compact.call(agent) }
+  } catch (e) {
+    throw new ApiError('internal', `compaction failed: ${errorChain(e)}`)
+  }
+}
+
+/** API.md §3: the first embedded start creates tenant `default` and prints its key once. */
+async function ensureEmbeddedTenant(db: Db, dataDir: string, log: Logger): Promise<string | undefined> {
+  if ((await tenants.countTenants(db)) > 0) return undefined
+  const t = await tenants.createTenant(db, 'default')
+  const file = path.join(dataDir, 'api-key')
+  fs.mkdirSync(dataDir, { recursive: true })
+  fs.writeFileSync(file, `${t.apiKey}\n`, { mode: 0o600 })
+  log.info({ file }, 'created tenant "default"; its API key is printed below once and kept in the api-key file')
+  process.stdout.write(`\nagentd API key (tenant "default"): ${t.apiKey}\n\n`)
+  return t.apiKey
+}

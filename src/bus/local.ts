@@ -1,0 +1,131 @@
+// The in-process bus: commit doorbells, live frames and wake requests between the parts of one
+// process. The PostgreSQL transport (pg.ts) feeds remote notices into the same hub.
+
+import type { StoredEvent } from '../store/index.js'
+
+/** A live frame as it travels to subscribers: the SSE event name and its data (SPEC §18.11). */
+export interface LiveFrame {
+  event: string
+  data: unknown
+}
+
+export interface CommitNotice {
+  /** the session's head seq after the commit (or at least this far) */
+  seq: number
+  /** the committed events, in order, when the commit happened in this process */
+  events?: readonly StoredEvent[]
+  /** true when the notice came from another process */
+  remote?: boolean
+}
+
+export interface SessionListener {
+  commit?(n: CommitNotice): void
+  live?(frame: LiveFrame): void
+  /** the cross-process channel dropped: anything may have been missed; re-read from the last seq */
+  reset?(): void
+  /** the session's row changed without new events (cancel flag, pending answer, deletion) */
+  poke?(): void
+}
+
+export interface Bus {
+  subscribe(sessionKey: string, l: SessionListener): () => void
+  /** after commit: local listeners get the events, other processes a coalesced doorbell */
+  publishCommit(sessionKey: string, events: readonly StoredEvent[]): void
+  publishLive(sessionKey: string, frame: LiveFrame): void
+  /** a row change other processes' drivers must look at (cancel, answers, deletion) */
+  poke(sessionKey: string): void
+  /** asks whichever worker can to drive the session */
+  wake(sessionKey: string): void
+  onWake(handler: (sessionKey: string) => void): () => void
+  /** listeners of every session: used by metrics and plugins' session/event */
+  subscriberCount(sessionKey?: string): number
+  close(): Promise<void>
+}
+
+export class LocalHub implements Bus {
+  private readonly sessions = new Map<string, Set<SessionListener>>()
+  private readonly wakeHandlers = new Set<(k: string) => void>()
+
+  subscribe(sessionKey: string, l: SessionListener): () => void {
+    let set = this.sessions.get(sessionKey)
+    if (!set) this.sessions.set(sessionKey, (set = new Set()))
+    set.add(l)
+    return () => {
+      const s = this.sessions.get(sessionKey)
+      if (!s) return
+      s.delete(l)
+      if (s.size === 0) this.sessions.delete(sessionKey)
+    }
+  }
+
+  private each(sessionKey: string, fn: (l: SessionListener) => void): void {
+    const set = this.sessions.get(sessionKey)
+    if (!set) return
+    for (const l of [...set]) {
+      try {
+        fn(l)
+      } catch {
+        // a listener's failure is its own; the bus goes on
+      }
+    }
+  }
+
+  deliverCommit(sessionKey: string, n: CommitNotice): void {
+    this.each(sessionKey, (l) => l.commit?.(n))
+  }
+
+  deliverLive(sessionKey: string, frame: LiveFrame): void {
+    this.each(sessionKey, (l) => l.live?.(frame))
+  }
+
+  deliverPoke(sessionKey: string): void {
+    this.each(sessionKey, (l) => l.poke?.())
+  }
+
+  deliverWake(sessionKey: string): void {
+    for (const h of [...this.wakeHandlers]) {
+      try {
+        h(sessionKey)
+      } catch {
+        // ignore
+      }
+    }
+  }
+
+  resetAll(): void {
+    for (const key of [...this.sessions.keys()]) this.each(key, (l) => l.reset?.())
+  }
+
+  publishCommit(sessionKey: string, events: readonly StoredEvent[]): void {
+    if (events.length) this.deliverCommit(sessionKey, { seq: events[events.length - 1].seq, events })
+  }
+
+  publishLive(sessionKey: string, frame: LiveFrame): void {
+    this.deliverLive(sessionKey, frame)
+  }
+
+  poke(sessionKey: string): void {
+    this.deliverPoke(sessionKey)
+  }
+
+  wake(sessionKey: string): void {
+    this.deliverWake(sessionKey)
+  }
+
+  onWake(handler: (sessionKey: string) => void): () => void {
+    this.wakeHandlers.add(handler)
+    return () => this.wakeHandlers.delete(handler)
+  }
+
+  subscriberCount(sessionKey?: string): number {
+    if (sessionKey !== undefined) return this.sessions.get(sessionKey)?.size ?? 0
+    let n = 0
+    for (const s of this.sessions.values()) n += s.size
+    return n
+  }
+
+  async close(): Promise<void> {
+    this.sessions.clear()
+    this.wakeHandlers.clear()
+  }
+}

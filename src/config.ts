@@ -1,0 +1,84 @@
+// Environment → one typed, validated Config (API.md §1). A bad value stops the start with a message
+// that names the variable.
+
+import path from 'node:path'
+
+export type Role = 'all' | 'api' | 'worker'
+
+export interface Config {
+  port: number
+  host: string
+  databaseUrl?: string
+  dataDir: string
+  role: Role
+  adminToken?: string
+  modelsFile?: string
+  defaultModel?: string
+  maxParallelToolCalls: number
+  leaseTtlMs: number
+  idleReleaseMs: number
+  builtinPlugins: string[]
+  toolHosts?: string
+  compactionModel?: string
+  plugins: string[]
+  rateLimitPerMin: number
+  logLevel: string
+  bodyLimit: number
+  /** SIGTERM grace for running turns before their Agents are disposed */
+  shutdownGraceMs: number
+}
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'ConfigError'
+  }
+}
+
+const BUILTIN_PLUGINS = ['llm-retry', 'compaction', 'tool-result-pruner']
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
+
+function int(env: NodeJS.ProcessEnv, name: string, dflt: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return dflt
+  if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${name} must be a whole number, got ${JSON.stringify(raw)}`)
+  const v = Number(raw.trim())
+  if (v < min || v > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${v}`)
+  return v
+}
+
+const list = (raw: string | undefined) => (raw ?? '').split(',').map((s) => s.trim()).filter(Boolean)
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const role = (env.AGENTD_ROLE || 'all') as Role
+  if (!['all', 'api', 'worker'].includes(role)) throw new ConfigError(`AGENTD_ROLE must be all, api or worker, got ${JSON.stringify(env.AGENTD_ROLE)}`)
+  const builtin = env.AGENTD_BUILTIN_PLUGINS === undefined ? BUILTIN_PLUGINS : list(env.AGENTD_BUILTIN_PLUGINS)
+  for (const b of builtin) if (!BUILTIN_PLUGINS.includes(b)) throw new ConfigError(`AGENTD_BUILTIN_PLUGINS: unknown built-in plugin ${JSON.stringify(b)} (known: ${BUILTIN_PLUGINS.join(', ')})`)
+  const logLevel = env.LOG_LEVEL || 'info'
+  if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`)
+  const databaseUrl = env.DATABASE_URL || undefined
+  if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) throw new ConfigError('DATABASE_URL must be a postgres:// or postgresql:// URL')
+  const compactionModel = env.AGENTD_COMPACTION_MODEL || undefined
+  if (compactionModel && !compactionModel.includes('/')) throw new ConfigError('AGENTD_COMPACTION_MODEL must be provider/modelId')
+  return {
+    port: int(env, 'PORT', 8080, 0, 65535),
+    host: env.HOST || '127.0.0.1',
+    databaseUrl,
+    dataDir: path.resolve(env.AGENTD_DATA_DIR || './.agentd'),
+    role,
+    adminToken: env.AGENTD_ADMIN_TOKEN || undefined,
+    modelsFile: env.AGENTD_MODELS || undefined,
+    defaultModel: env.AGENTD_DEFAULT_MODEL || undefined,
+    maxParallelToolCalls: int(env, 'AGENTD_MAX_PARALLEL_TOOL_CALLS', 10, 1, 1000),
+    leaseTtlMs: int(env, 'AGENTD_LEASE_TTL_MS', 15000, 500),
+    idleReleaseMs: int(env, 'AGENTD_IDLE_RELEASE_MS', 30000, 0),
+    builtinPlugins: builtin,
+    toolHosts: env.AGENTD_TOOL_HOSTS || undefined,
+    compactionModel,
+    plugins: list(env.AGENTD_PLUGINS),
+    rateLimitPerMin: int(env, 'AGENTD_RATE_LIMIT_PER_MIN', 1200, 1),
+    logLevel,
+    bodyLimit: 1024 * 1024,
+    shutdownGraceMs: int(env, 'AGENTD_SHUTDOWN_GRACE_MS', 10000, 0),
+  }
+}

@@ -1,0 +1,59 @@
+// Errors that reach clients carry a code and status of API.md §10. Anything else is `internal`.
+
+export type ErrorCode =
+  | 'bad-request'
+  | 'unauthorized'
+  | 'session-not-found'
+  | 'not-found'
+  | 'session-busy'
+  | 'session-conflict'
+  | 'idempotency-conflict'
+  | 'queue-item-not-found'
+  | 'tool-call-not-pending'
+  | 'fork-unavailable'
+  | 'payload-too-large'
+  | 'unsupported-media-type'
+  | 'model-unavailable'
+  | 'rate-limited'
+  | 'internal'
+  | 'unavailable'
+
+const STATUS: Record<ErrorCode, number> = {
+  'bad-request': 400,
+  unauthorized: 401,
+  'session-not-found': 404,
+  'not-found': 404,
+  'session-busy': 409,
+  'session-conflict': 409,
+  'idempotency-conflict': 409,
+  'queue-item-not-found': 409,
+  'tool-call-not-pending': 409,
+  'fork-unavailable': 409,
+  'payload-too-large': 413,
+  'unsupported-media-type': 415,
+  'model-unavailable': 422,
+  'rate-limited': 429,
+  internal: 500,
+  unavailable: 503,
+}
+
+export interface ErrorDetail {
+  path: string
+  message: string
+}
+
+export class ApiError extends Error {
+  readonly status: number
+  constructor(readonly code: ErrorCode, message: string, readonly details?: ErrorDetail[], readonly headers?: Record<string, string>) {
+    super(message)
+    this.name = 'ApiError'
+    this.status = STATUS[code]
+  }
+
+  toJSON() {
+    return { error: { code: this.code, message: this.message, ...(this.details ? { details: this.details } : {}) } }
+  }
+}
+
+export const badRequest = (message: string, details?: ErrorDetail[]) => new ApiError('bad-request', message, details ?? [{ path: '', message }])
+export const sessionNotFound = (id: string) => new ApiError('session-not-found', `session ${id} not found`)

@@ -1,0 +1,123 @@
+// Route schemas (JSON Schema through typebox). They validate requests strictly (unknown fields are
+// 400) and are the source of openapi/openapi.json.
+
+import { Type, type TSchema } from 'typebox'
+
+const Id = Type.String({ minLength: 1, maxLength: 200, pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]*$' })
+export const Metadata = Type.Object({}, { additionalProperties: true, description: 'any JSON object' })
+
+export const TextBlock = Type.Object({ type: Type.Literal('text'), text: Type.String() }, { additionalProperties: false })
+export const ImageBlock = Type.Object(
+  { type: Type.Literal('image'), mimeType: Type.Optional(Type.String()), data: Type.Optional(Type.String({ description: 'base64' })), url: Type.Optional(Type.String()) },
+  { additionalProperties: false },
+)
+/** Blocks are checked in detail by the delivery code, which names the offending field. */
+export const InputBlock = Type.Object({ type: Type.String() }, { additionalProperties: true, description: 'a text {type:"text", text} or image {type:"image", mimeType, data | url} block' })
+export const Content = Type.Union([Type.String(), Type.Array(InputBlock)], { description: 'text, or content blocks' })
+
+export const ToolSpec = Type.Object(
+  {
+    name: Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' }),
+    description: Type.Optional(Type.String({ maxLength: 10000 })),
+    parameters: Type.Optional(Type.Object({}, { additionalProperties: true, description: 'JSON Schema of the arguments (an object schema)' })),
+    execution: Type.Object(
+      {
+        type: Type.Union([Type.Literal('http'), Type.Literal('client'), Type.Literal('builtin')]),
+        url: Type.Optional(Type.String({ maxLength: 2048 })),
+        timeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: 3600000 })),
+      },
+      { additionalProperties: false },
+    ),
+    concurrency: Type.Optional(Type.Union([Type.Literal('parallel'), Type.Literal('exclusive')])),
+    approval: Type.Optional(Type.Union([Type.Literal('never'), Type.Literal('always')])),
+  },
+  { additionalProperties: false },
+)
+
+export const ReasoningEffort = Type.Union(['minimal', 'low', 'medium', 'high', 'xhigh'].map((x) => Type.Literal(x)))
+
+export const CreateSessionBody = Type.Object(
+  {
+    id: Type.Optional(Id),
+    model: Type.Optional(Type.String({ minLength: 3, maxLength: 300 })),
+    system: Type.Optional(Type.String({ maxLength: 500000 })),
+    tools: Type.Optional(Type.Array(ToolSpec, { maxItems: 128 })),
+    maxTokens: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000000 })),
+    reasoningEffort: Type.Optional(ReasoningEffort),
+    metadata: Type.Optional(Metadata),
+  },
+  { additionalProperties: false },
+)
+
+export const PatchSessionBody = Type.Object(
+  { title: Type.Optional(Type.Union([Type.String({ maxLength: 500 }), Type.Null()])), metadata: Type.Optional(Metadata) },
+  { additionalProperties: false },
+)
+
+export const Usage = Type.Object({ inputTokens: Type.Number(), outputTokens: Type.Number(), cacheReadTokens: Type.Number(), cacheWriteTokens: Type.Number(), costUsd: Type.Number() })
+
+export const SessionObject = Type.Object({
+  id: Type.String(),
+  title: Type.Union([Type.String(), Type.Null()]),
+  model: Type.String(),
+  status: Type.Union([Type.Literal('idle'), Type.Literal('running')]),
+  headSeq: Type.Integer(),
+  createdAt: Type.String({ format: 'date-time' }),
+  updatedAt: Type.String({ format: 'date-time' }),
+  metadata: Metadata,
+  usage: Usage,
+})
+
+export const SessionList = Type.Object({ sessions: Type.Array(SessionObject), nextCursor: Type.Union([Type.String(), Type.Null()]) })
+export const ListQuery = Type.Object({ limit: Type.Optional(Type.String({ pattern: '^[0-9]{1,4}$' })), cursor: Type.Optional(Type.String({ maxLength: 200 })) }, { additionalProperties: false })
+
+export const DeliveryBody = Type.Object({ content: Content, id: Type.Optional(Id) }, { additionalProperties: false })
+export const Accepted = Type.Object({ messageId: Type.String(), seq: Type.Integer() })
+
+export const UserMessage = Type.Object({ id: Type.String(), role: Type.Literal('user'), content: Type.Array(Type.Object({}, { additionalProperties: true })), source: Type.Object({ kind: Type.String() }, { additionalProperties: true }) })
+export const InboxObject = Type.Object({ nextTurn: Type.Array(UserMessage), nextStep: Type.Array(UserMessage) })
+
+export const CancelBody = Type.Object({ keepInbox: Type.Optional(Type.Boolean()) }, { additionalProperties: false })
+export const CancelAnswer = Type.Object({ cancelled: Type.Boolean() })
+export const ForkBody = Type.Object({ atSeq: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false })
+export const CompactBody = Type.Object({}, { additionalProperties: false })
+export const CompactAnswer = Type.Object({ compacted: Type.Boolean() })
+
+export const SessionEvent = Type.Object(
+  {
+    seq: Type.Integer(),
+    time: Type.Integer({ description: 'epoch milliseconds' }),
+    type: Type.String(),
+    data: Type.Unknown(),
+    surfaceOp: Type.Optional(Type.Unknown()),
+    sourceEventSeqs: Type.Optional(Type.Array(Type.Integer())),
+  },
+  { additionalProperties: false },
+)
+export const EventsQuery = Type.Object({ after: Type.Optional(Type.String({ pattern: '^-?[0-9]{1,10}$' })), limit: Type.Optional(Type.String({ pattern: '^[0-9]{1,5}$' })) }, { additionalProperties: false })
+export const EventsPage = Type.Object({ events: Type.Array(SessionEvent), headSeq: Type.Integer() })
+export const MessagesAnswer = Type.Object({ messages: Type.Array(Type.Object({}, { additionalProperties: true })) })
+export const StreamQuery = Type.Object({ after: Type.Optional(Type.String({ pattern: '^-?[0-9]{1,10}$' })), access_token: Type.Optional(Type.String()) }, { additionalProperties: false })
+
+export const PendingAnswer = Type.Object({
+  toolCalls: Type.Array(Type.Object({ callId: Type.String(), name: Type.String(), arguments: Type.Unknown(), rawArguments: Type.String(), kind: Type.Union([Type.Literal('client'), Type.Literal('approval')]) })),
+})
+export const ToolResultBody = Type.Object({ callId: Type.String({ minLength: 1, maxLength: 200 }), content: Content, isError: Type.Optional(Type.Boolean()) }, { additionalProperties: false })
+export const ApprovalBody = Type.Object({ decision: Type.Union([Type.Literal('allow'), Type.Literal('deny')]), reason: Type.Optional(Type.String({ maxLength: 2000 })) }, { additionalProperties: false })
+
+export const TenantBody = Type.Object({ name: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false })
+export const TenantAnswer = Type.Object({ tenant: Type.Object({ id: Type.String(), name: Type.String() }), apiKey: Type.String() })
+export const KeyAnswer = Type.Object({ keyId: Type.String(), apiKey: Type.String() })
+export const EmptyBody = Type.Object({}, { additionalProperties: false })
+
+export const ErrorBody = Type.Object({
+  error: Type.Object({
+    code: Type.String(),
+    message: Type.String(),
+    details: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() }))),
+  }),
+})
+
+export const SessionParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) })
+
+export type { TSchema }

@@ -1,0 +1,257 @@
+// The pi-ai adapter (SPEC §8.11): one call = one provider attempt, pi-ai events → StreamChunks, and
+// every failure turned into a finish chunk instead of a throw.
+
+import {
+  isContextOverflow,
+  streamSimple,
+  type Api,
+  type AssistantMessage as PiAssistantMessage,
+  type AssistantMessageEvent,
+  type Context,
+  type Model,
+  type SimpleStreamOptions,
+  type ThinkingLevel,
+  type Usage,
+} from '@mariozechner/pi-ai'
+import type { Json, LlmFailure, StreamChunk, TokenUsage } from '../session/index.js'
+import { buildReplayState } from './convert.js'
+import { classifyFailure } from './failures.js'
+import { observeHttp, type HttpObservation } from './http-observer.js'
+
+export interface AdapterCall {
+  model: Model<Api>
+  /** built lazily, so a conversion problem becomes a finish chunk like any other failure */
+  context: Context | (() => Context)
+  signal: AbortSignal
+  /** resolved for this call only; a string to send, or the failure to report instead */
+  apiKey: string | undefined | { failure: LlmFailure }
+  maxTokens?: number
+  temperature?: number
+  reasoning?: ThinkingLevel
+  stop?: readonly string[]
+  sessionId?: string
+  log?: { debug(obj: object, msg?: string): void }
+}
+
+const ABORT = Symbol('abort')
+
+/** Streams one provider attempt as StreamChunks. Never throws; the last chunk is always a finish. */
+export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk, void, undefined> {
+  const { model, signal } = call
+  if (typeof call.apiKey === 'object' && !signal.aborted) {
+    yield { type: 'finish', reason: { kind: 'error', failure: call.apiKey.failure } }
+    return
+  }
+  const apiKey = typeof call.apiKey === 'string' ? call.apiKey : undefined
+  const secrets = apiKey ? [apiKey] : []
+  // our own controller also ends the provider request when the consumer stops iterating early
+  const local = new AbortController()
+  const http: HttpObservation = {}
+  let started = false
+  const fail = (message: string, extra: { contextOverflow?: boolean } = {}): StreamChunk => {
+    const aborted = signal.aborted
+    const failure = classifyFailure({ message, aborted, status: http.status, headers: http.headers, streamStarted: started, secrets, ...extra })
+    call.log?.debug({ provider: model.provider, model: model.id, code: failure.code, status: failure.status }, 'model call failed')
+    return { type: 'finish', reason: aborted ? { kind: 'aborted', failure } : { kind: 'error', failure } }
+  }
+  if (signal.aborted) {
+    yield fail('Request was aborted')
+    return
+  }
+
+  let events: AsyncIterator<AssistantMessageEvent>
+  try {
+    const options: SimpleStreamOptions & { stop?: readonly string[] } = {
+      signal: AbortSignal.any([signal, local.signal]),
+      maxRetries: 0, // retries are durable llm/retry events (DESIGN.md §3)
+      onResponse: (r) => {
+        http.status = r.status
+        http.headers = lowerKeys(r.headers)
+      },
+    }
+    if (apiKey !== undefined) options.apiKey = apiKey
+    if (call.maxTokens !== undefined) options.maxTokens = call.maxTokens
+    if (call.temperature !== undefined) options.temperature = call.temperature
+    if (call.reasoning !== undefined) options.reasoning = call.reasoning
+    if (call.sessionId !== undefined) options.sessionId = call.sessionId
+    if (call.stop && call.stop.length > 0) {
+      options.stop = call.stop
+      options.onPayload = (payload) => withStop(model.api, payload, call.stop!)
+    }
+    const context = typeof call.context === 'function' ? call.context() : call.context
+    events = observeHttp(http, () => streamSimple(model, context, options))[Symbol.asyncIterator]()
+  } catch (e) {
+    yield fail(errorText(e))
+    return
+  }
+
+  let aborted!: () => void
+  const abortSeen = new Promise<typeof ABORT>((r) => (aborted = () => r(ABORT)))
+  signal.addEventListener('abort', aborted, { once: true })
+  const t = new Translator()
+  let finished = false
+  try {
+    for (;;) {
+      // chunks are computed inside the try and yielded outside it, so even a translation bug ends
+      // the iteration with a finish chunk instead of a throw
+      let out: StreamChunk[]
+      let last = true
+      try {
+        // a provider that ignores the signal must not hold the turn: the abort wins the race
+        const pending = events.next()
+        pending.catch(() => {}) // it may lose the race; never leave it unhandled
+        const next = await Promise.race([pending, abortSeen])
+        if (next === ABORT) out = [fail('Request was aborted')]
+        else if (next.done) out = [fail('the provider stream ended without a result')]
+        else {
+          const ev = next.value
+          if (ev.type === 'start') started = true
+          if (ev.type === 'error') {
+            const usage = toUsage(ev.error.usage)
+            out = usage.inputTokens > 0 || usage.outputTokens > 0 ? [{ type: 'usage', usage }] : []
+            out.push(fail(ev.error.errorMessage ?? 'model call failed', { contextOverflow: isContextOverflow(ev.error, model.contextWindow || undefined) }))
+          } else if (ev.type === 'done') out = t.done(ev.message, ev.reason)
+          else {
+            out = t.event(ev)
+            last = false
+          }
+        }
+      } catch (e) {
+        out = [fail(errorText(e))]
+        last = true
+      }
+      if (last) finished = true
+      for (const c of out) yield c
+      if (last) return
+    }
+  } finally {
+    signal.removeEventListener('abort', aborted)
+    if (!finished || signal.aborted) local.abort()
+    void events.return?.()?.catch(() => {})
+  }
+}
+
+/** Maps pi-ai content events onto our dense block indexes. */
+class Translator {
+  private next = 0
+  /** pi-ai contentIndex → our block index, once the block became visible */
+  private ours = new Map<number, number>()
+  private named = new Set<number>()
+  private hidden = new Set<number>()
+
+  /** The block-start of pi-ai block `ci` the first time it becomes visible, else nothing. */
+  private open(ci: number, blockType: 'text' | 'reasoning' | 'tool-call'): StreamChunk[] {
+    if (this.ours.has(ci)) return []
+    const index = this.next++
+    this.ours.set(ci, index)
+    return [{ type: 'block-start', index, blockType }]
+  }
+
+  event(ev: AssistantMessageEvent): StreamChunk[] {
+    switch (ev.type) {
+      case 'text_delta':
+      case 'thinking_delta': {
+        // empty deltas (OpenAI's opening `content: ''`) carry nothing; a block appears with its first text
+        if (ev.delta === '' || this.hidden.has(ev.contentIndex)) return []
+        const reasoning = ev.type === 'thinking_delta'
+        const out = this.open(ev.contentIndex, reasoning ? 'reasoning' : 'text')
+        const index = this.ours.get(ev.contentIndex)!
+        out.push(reasoning ? { type: 'reasoning-delta', index, text: ev.delta } : { type: 'text-delta', index, text: ev.delta })
+        return out
+      }
+      case 'thinking_start': {
+        const b = ev.partial.content[ev.contentIndex]
+        // redacted reasoning has placeholder text only; it travels in replay state, not as content
+        if (b?.type === 'thinking' && b.redacted) this.hidden.add(ev.contentIndex)
+        return []
+      }
+      case 'text_end':
+      case 'thinking_end': {
+        if (this.hidden.has(ev.contentIndex)) return []
+        const reasoning = ev.type === 'thinking_end'
+        const out: StreamChunk[] = []
+        if (!this.ours.has(ev.contentIndex)) {
+          if (ev.content === '') return []
+          // a provider that delivered the block whole, without deltas
+          out.push(...this.open(ev.contentIndex, reasoning ? 'reasoning' : 'text'))
+          const index = this.ours.get(ev.contentIndex)!
+          out.push(reasoning ? { type: 'reasoning-delta', index, text: ev.content } : { type: 'text-delta', index, text: ev.content })
+        }
+        const index = this.ours.get(ev.contentIndex)!
+        out.push({ type: 'block-end', index, block: reasoning ? { type: 'reasoning', text: ev.content } : { type: 'text', text: ev.content } })
+        return out
+      }
+      case 'toolcall_start':
+        return this.open(ev.contentIndex, 'tool-call')
+      case 'toolcall_delta': {
+        if (ev.delta === '') return []
+        const out = this.open(ev.contentIndex, 'tool-call')
+        const index = this.ours.get(ev.contentIndex)!
+        const b = ev.partial.content[ev.contentIndex]
+        const chunk: StreamChunk = { type: 'tool-call-delta', index, id: b?.type === 'toolCall' ? b.id : '', argumentsDelta: ev.delta }
+        // SPEC §9.4: the name rides on the first delta of a call only
+        if (!this.named.has(index) && b?.type === 'toolCall' && b.name) {
+          chunk.name = b.name
+          this.named.add(index)
+        }
+        out.push(chunk)
+        return out
+      }
+      case 'toolcall_end': {
+        const out = this.open(ev.contentIndex, 'tool-call')
+        const index = this.ours.get(ev.contentIndex)!
+        const tc = ev.toolCall
+        out.push({ type: 'block-end', index, block: { type: 'tool-call', id: tc.id, name: tc.name, arguments: JSON.stringify(tc.arguments ?? {}) } })
+        return out
+      }
+      default:
+        return []
+    }
+  }
+
+  done(message: PiAssistantMessage, reason: 'stop' | 'length' | 'toolUse'): StreamChunk[] {
+    const usage: StreamChunk = { type: 'usage', usage: toUsage(message.usage) }
+    if (this.next === 0 && reason === 'stop') {
+      return [usage, { type: 'finish', reason: { kind: 'error', failure: { code: 'EMPTY_RESPONSE', message: 'the model returned no content' } } }]
+    }
+    const hasToolCalls = message.content.some((b) => b.type === 'toolCall')
+    // some servers say finish_reason "stop" while calling tools; the calls decide
+    const kind = reason === 'length' ? 'max-tokens' : reason === 'toolUse' || hasToolCalls ? 'tool-calls' : 'stop'
+    const replay = buildReplayState(message, (i) => this.ours.has(i))
+    const finish: StreamChunk = { type: 'finish', reason: { kind } }
+    if (replay) finish.replayState = replay as unknown as Json
+    return [usage, finish]
+  }
+}
+
+/** pi-ai Usage → TokenUsage; optional fields only when nonzero (events must not hold undefined). */
+export function toUsage(u: Usage | undefined): TokenUsage {
+  const n = (x: unknown) => (typeof x === 'number' && Number.isFinite(x) && x > 0 ? x : 0)
+  const out: TokenUsage = { inputTokens: n(u?.input), outputTokens: n(u?.output) }
+  if (n(u?.cacheRead)) out.cacheReadTokens = n(u?.cacheRead)
+  if (n(u?.cacheWrite)) out.cacheWriteTokens = n(u?.cacheWrite)
+  if (n(u?.cost?.total)) out.costUsd = n(u?.cost?.total)
+  return out
+}
+
+/** pi-ai has no stop-sequence option; it is added to the payload of the APIs that take one. */
+function withStop(api: string, payload: unknown, stop: readonly string[]): unknown {
+  const p = payload as Record<string, any>
+  if (api === 'openai-completions') return { ...p, stop: [...stop] }
+  if (api === 'anthropic-messages') return { ...p, stop_sequences: [...stop] }
+  if (api === 'google-generative-ai' || api === 'google-vertex') return { ...p, config: { ...p.config, stopSequences: [...stop] } }
+  return undefined
+}
+
+/** The APIs whose requests can carry stop sequences (see withStop), plus faux/echo. */
+export const STOP_APIS = new Set(['openai-completions', 'anthropic-messages', 'google-generative-ai', 'google-vertex', 'agentd-faux'])
+
+function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : typeof e === 'string' ? e : JSON.stringify(e)
+}
+
+function lowerKeys(h: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {}
+  for (const [k, v] of Object.entries(h)) out[k.toLowerCase()] = v
+  return out
+}

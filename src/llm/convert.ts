@@ -1,0 +1,220 @@
+// Our messages → a pi-ai Context (SPEC §8.11), and the replay state that carries provider signatures
+// between a finish chunk and the next request.
+
+import type {
+  AssistantMessage as PiAssistantMessage,
+  Context,
+  ImageContent,
+  Message as PiMessage,
+  TextContent,
+  ThinkingContent,
+  Tool,
+  ToolCall,
+  ToolResultMessage as PiToolResultMessage,
+  UserMessage as PiUserMessage,
+} from '@mariozechner/pi-ai'
+import type { AssistantMessage, ContentBlock, Json, Message, ToolSchema } from '../session/index.js'
+
+/**
+ * Replay state (the finish chunk's `replayState`, stored in `source.replayState`): the provider's
+ * opaque per-block data, in pi-ai content order. Visible blocks match the message's blocks of the same
+ * type in order (tool calls by id); `hidden` entries are reasoning the provider returned without
+ * visible text (redacted or encrypted), replayed verbatim.
+ */
+export interface ReplayState {
+  v: 1
+  api: string
+  responseId?: string
+  blocks: ReplayBlock[]
+}
+
+export type ReplayBlock =
+  | { type: 'text'; signature?: string }
+  | { type: 'reasoning'; signature?: string; redacted?: true; hidden?: string }
+  | { type: 'tool-call'; id: string; signature?: string }
+
+export interface RouteIdentity {
+  api: string
+  provider: string
+  id: string
+}
+
+const ZERO_USAGE = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, totalTokens: 0, cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 } }
+
+/**
+ * Converts a loop request's messages and tools into a pi-ai Context. A leading system message becomes
+ * `systemPrompt`; a later one becomes a user message in place; empty system messages are skipped.
+ */
+export function toPiContext(messages: readonly Message[], tools: readonly ToolSchema[] | undefined, route: RouteIdentity): Context {
+  const out: PiMessage[] = []
+  let systemPrompt: string | undefined
+  const toolNames = new Map<string, string>()
+  let first = true
+  for (const m of messages) {
+    if (m.role === 'system') {
+      if (m.content.length === 0) continue
+      if (first) systemPrompt = m.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('')
+      else out.push(user(m.content))
+    } else if (m.role === 'assistant') {
+      for (const b of m.content) if (b.type === 'tool-call') toolNames.set(b.id, b.name)
+      out.push(assistant(m, route))
+    } else {
+      // a tool result is a user message holding a tool-result block; anything else beside it stays a user message
+      const rest: ContentBlock[] = []
+      for (const b of m.content) {
+        if (b.type === 'tool-result') {
+          const result: PiToolResultMessage = {
+            role: 'toolResult',
+            toolCallId: b.toolCallId,
+            toolName: toolNames.get(b.toolCallId) ?? '',
+            content: media(b.content),
+            isError: b.isError,
+            timestamp: 0,
+          }
+          out.push(result)
+        } else rest.push(b)
+      }
+      if (rest.length > 0 || !m.content.some((b) => b.type === 'tool-result')) out.push(user(rest))
+    }
+    first = false
+  }
+  const ctx: Context = { messages: out }
+  if (systemPrompt !== undefined) ctx.systemPrompt = systemPrompt
+  if (tools && tools.length > 0) ctx.tools = tools.map((t) => ({ name: t.name, description: t.description, parameters: t.parameters }) as unknown as Tool)
+  return ctx
+}
+
+function user(content: readonly ContentBlock[]): PiUserMessage {
+  return { role: 'user', content: media(content), timestamp: 0 }
+}
+
+/** Text and inline images; pi-ai cannot send images by URL, and other block kinds carry nothing here. */
+function media(content: readonly ContentBlock[]): (TextContent | ImageContent)[] {
+  const out: (TextContent | ImageContent)[] = []
+  for (const b of content) {
+    if (b.type === 'text') out.push({ type: 'text', text: b.text })
+    else if (b.type === 'image' && b.data !== undefined && b.mimeType !== undefined) out.push({ type: 'image', data: b.data, mimeType: b.mimeType })
+  }
+  return out
+}
+
+function assistant(m: AssistantMessage, route: RouteIdentity): PiAssistantMessage {
+  const replay = readReplayState(m.source.replayState)
+  const content: PiAssistantMessage['content'] = []
+  const entries = replay?.blocks ?? []
+  let cursor = 0
+  const pushHidden = (upTo: number) => {
+    for (; cursor < upTo; cursor++) {
+      const e = entries[cursor]!
+      if (e.type === 'reasoning' && e.hidden !== undefined) content.push(thinking(e.hidden, e))
+    }
+  }
+  for (const b of m.content) {
+    if (b.type !== 'text' && b.type !== 'reasoning' && b.type !== 'tool-call') continue
+    const j = entries.findIndex((e, k) => k >= cursor && matches(e, b))
+    const entry = j >= 0 ? entries[j] : undefined
+    if (j >= 0) pushHidden(j)
+    if (b.type === 'text') {
+      const t: TextContent = { type: 'text', text: b.text }
+      if (entry?.signature !== undefined) t.textSignature = entry.signature
+      content.push(t)
+    } else if (b.type === 'reasoning') {
+      content.push(thinking(b.text, entry?.type === 'reasoning' ? entry : undefined))
+    } else {
+      const call: ToolCall = { type: 'toolCall', id: b.id, name: b.name, arguments: parseArguments(b.arguments) }
+      if (entry?.signature !== undefined) call.thoughtSignature = entry.signature
+      content.push(call)
+    }
+    if (j >= 0) cursor = j + 1
+  }
+  pushHidden(entries.length)
+  const sameRoute = m.source.provider === route.provider && m.source.model === route.id
+  const msg: PiAssistantMessage = {
+    role: 'assistant',
+    content,
+    // pi-ai keeps signatures only when api, provider and model all match the target route
+    api: replay?.api ?? (sameRoute ? route.api : 'unknown'),
+    provider: m.source.provider,
+    model: m.source.model,
+    usage: structuredClone(ZERO_USAGE),
+    stopReason: content.some((c) => c.type === 'toolCall') ? 'toolUse' : 'stop',
+    timestamp: 0,
+  }
+  if (replay?.responseId !== undefined) msg.responseId = replay.responseId
+  return msg
+}
+
+function matches(e: ReplayBlock, b: ContentBlock): boolean {
+  if (e.type === 'reasoning') return b.type === 'reasoning' && e.hidden === undefined
+  if (e.type === 'tool-call') return b.type === 'tool-call' && b.id === e.id
+  return b.type === 'text'
+}
+
+function thinking(text: string, e?: { signature?: string; redacted?: true }): ThinkingContent {
+  const t: ThinkingContent = { type: 'thinking', thinking: text }
+  if (e?.signature !== undefined) t.thinkingSignature = e.signature
+  if (e?.redacted) t.redacted = true
+  return t
+}
+
+/** Our tool-call arguments are JSON text; pi-ai wants the object. Unparseable or non-object text → {}. */
+export function parseArguments(text: string): Record<string, any> {
+  try {
+    const v = JSON.parse(text)
+    return typeof v === 'object' && v !== null && !Array.isArray(v) ? v : {}
+  } catch {
+    return {}
+  }
+}
+
+/** Builds the replay state of a finished pi-ai message; `shown[i]` says whether content block i became a visible block. */
+export function buildReplayState(message: PiAssistantMessage, shown: (i: number) => boolean): ReplayState | undefined {
+  const blocks: ReplayBlock[] = []
+  let informative = message.responseId !== undefined
+  message.content.forEach((b, i) => {
+    if (b.type === 'text') {
+      if (!shown(i)) return
+      blocks.push(b.textSignature ? { type: 'text', signature: b.textSignature } : { type: 'text' })
+      if (b.textSignature) informative = true
+    } else if (b.type === 'thinking') {
+      const e: ReplayBlock = { type: 'reasoning' }
+      if (b.thinkingSignature) e.signature = b.thinkingSignature
+      if (b.redacted) e.redacted = true
+      if (!shown(i)) {
+        if (!b.thinkingSignature && !b.redacted) return
+        e.hidden = b.thinking
+      }
+      if (e.signature !== undefined || e.redacted) informative = true
+      blocks.push(e)
+    } else {
+      blocks.push(b.thoughtSignature ? { type: 'tool-call', id: b.id, signature: b.thoughtSignature } : { type: 'tool-call', id: b.id })
+      if (b.thoughtSignature) informative = true
+    }
+  })
+  if (!informative) return undefined
+  const state: ReplayState = { v: 1, api: message.api, blocks }
+  if (message.responseId !== undefined) state.responseId = message.responseId
+  return state
+}
+
+/** Removes the tool-call entries of a replay state (a `max-tokens` finish drops its tool calls, SPEC §9.5). */
+export function dropToolCallsFromReplayState(state: Json | undefined): Json | undefined {
+  const rs = readReplayState(state)
+  if (!rs) return state
+  return { ...rs, blocks: rs.blocks.filter((b) => b.type !== 'tool-call') } as unknown as Json
+}
+
+/** The replay state if `v` has our shape, else undefined (a foreign or damaged value is ignored, not trusted). */
+export function readReplayState(v: Json | undefined): ReplayState | undefined {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return undefined
+  if (v.v !== 1 || typeof v.api !== 'string' || !Array.isArray(v.blocks)) return undefined
+  if (v.responseId !== undefined && typeof v.responseId !== 'string') return undefined
+  for (const b of v.blocks) {
+    if (typeof b !== 'object' || b === null || Array.isArray(b)) return undefined
+    if (b.type !== 'text' && b.type !== 'reasoning' && b.type !== 'tool-call') return undefined
+    if (b.signature !== undefined && typeof b.signature !== 'string') return undefined
+    if (b.type === 'tool-call' && typeof b.id !== 'string') return undefined
+    if (b.hidden !== undefined && typeof b.hidden !== 'string') return undefined
+  }
+  return v as unknown as ReplayState
+}

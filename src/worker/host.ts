@@ -1,0 +1,262 @@
+// The driver host: which sessions this process drives. Leases are rows (owner, token, expiry in the
+// database's clock); a claim or takeover attaches a loop instance (crash repair in the same
+// transaction); renewal keeps them; idle sessions are released; a lost lease stops its Agent.
+
+import crypto from 'node:crypto'
+import os from 'node:os'
+import type { Logger } from 'pino'
+import { Agent, attach, errorChain, LeaseLostError, type AgentDeps, type AgentSpec, type Lease } from '../agent/index.js'
+import type { Bus } from '../bus/index.js'
+import { getSessionByKey, NOW_MS, takeLease, type Db, type Queryable, type SessionRow } from '../store/index.js'
+import type { KeyedMutex, Publisher } from '../agent/index.js'
+import type { Metrics } from '../http/metrics.js'
+
+
+export interface HostOptions {
+  db: Db
+  bus: Bus
+  publisher: Publisher
+  mutex: KeyedMutex
+  log: Logger
+  metrics?: Metrics
+  leaseTtlMs: number
+  idleReleaseMs: number
+  /** how often workers look for sessions to take over (SPEC §13.3a: within 2 s) */
+  scanMs?: number
+  agentDeps: Omit<AgentDeps, 'makeLog'> & { makeLog: AgentDeps['makeLog'] }
+}
+
+interface Held {
+  agent: Agent
+  idleSince: number | undefined
+  releasing?: boolean
+}
+
+export class WorkerHost {
+  readonly owner = `${os.hostname()}:${process.pid}:${crypto.randomBytes(4).toString('hex')}`
+  private readonly held = new Map<string, Held>()
+  private readonly claiming = new Map<string, Promise<Agent | null>>()
+  /** sessions whose log does not fold: not driven again until the backoff passes */
+  private readonly broken = new Map<string, number>()
+  private timers: NodeJS.Timeout[] = []
+  private stopping = false
+  private offWake: () => void = () => {}
+
+  constructor(private readonly o: HostOptions) {}
+
+  start(): void {
+    this.offWake = this.o.bus.onWake((key) => void this.onWake(key))
+    const renewEvery = Math.max(100, Math.floor(this.o.leaseTtlMs / 3))
+    this.timers.push(setInterval(() => void this.renew(), renewEvery))
+    this.timers.push(setInterval(() => void this.scan(), this.o.scanMs ?? Math.min(1000, renewEvery)))
+    this.timers.push(setInterval(() => void this.releaseIdle(), Math.max(100, Math.min(1000, Math.floor(this.o.idleReleaseMs / 3) || 100))))
+    for (const t of this.timers) t.unref()
+    void this.scan()
+  }
+
+  get size(): number {
+    return this.held.size
+  }
+
+  agent(key: string): Agent | undefined {
+    return this.held.get(key)?.agent
+  }
+
+  /** A wake request: the local Agent takes it, else try to claim the session. */
+  async onWake(key: string): Promise<void> {
+    if (this.stopping) return
+    const h = this.held.get(key)
+    if (h) {
+      h.idleSince = undefined
+      h.agent.requestSync()
+      return
+    }
+    await this.claim(key)
+  }
+
+  /**
+   * Claims the lease when it is free, expired, or already ours, and attaches a loop instance. The
+   * claim, any crash repair and the end-seed marker commit together.
+   */
+  claim(key: string, opts: { skipLocked?: boolean } = {}): Promise<Agent | null> {
+    if (this.stopping) return Promise.resolve(null)
+    const existing = this.held.get(key)
+    if (existing) return Promise.resolve(existing.agent)
+    const pending = this.claiming.get(key)
+    if (pending) return pending
+    const until = this.broken.get(key)
+    if (until && until > Date.now()) return Promise.resolve(null)
+    const p = this.doClaim(key, opts).finally(() => this.claiming.delete(key))
+    this.claiming.set(key, p)
+    return p
+  }
+
+  private async doClaim(key: string, opts: { skipLocked?: boolean }): Promise<Agent | null> {
+    const { db, log } = this.o
+    let takeover = false
+    let attached
+    try {
+      attached = await attach({ db, mutex: this.o.mutex, publisher: this.o.publisher }, key, async (tx: Queryable) => {
+        const lock = opts.skipLocked ? 'FOR UPDATE SKIP LOCKED' : 'FOR UPDATE'
+        const { rows: cand } = await tx.query<{ lease_owner: string | null; expired: boolean }>(
+          `SELECT lease_owner, (lease_expires_at IS NULL OR lease_expires_at < ${NOW_MS}) AS expired FROM sessions WHERE key = $1 ${lock}`,
+          [key],
+        )
+        const c = cand[0]
+        if (!c) return null
+        if (c.lease_owner !== null && c.lease_owner !== this.owner && !c.expired) return null
+        takeover = c.lease_owner !== null && c.lease_owner !== this.owner
+        const row = await takeLease(tx, key, this.owner, this.o.leaseTtlMs)
+        return { row, lease: { owner: this.owner, token: row.leaseToken } satisfies Lease }
+      })
+    } catch (e) {
+      log.error({ err: errorChain(e), sessionKey: key }, 'could not attach the session; it is not driven for a minute')
+      this.broken.set(key, Date.now() + 60000)
+      await this.releaseRow(key).catch(() => {})
+      return null
+    }
+    if (!attached) return null
+    if (this.stopping) {
+      await this.releaseRow(key).catch(() => {})
+      return null
+    }
+    this.o.metrics?.leaseClaims.inc()
+    if (takeover || attached.repaired) this.o.metrics?.takeovers.inc()
+    const r = attached.row
+    const spec: AgentSpec = { model: r.model, system: r.system, tools: r.tools as Array<Record<string, unknown>>, ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}), ...(r.reasoningEffort !== undefined ? { reasoningEffort: r.reasoningEffort } : {}) }
+    const agent = new Agent(this.o.agentDeps as AgentDeps, r, attached.state, spec, attached.lease)
+    const held: Held = { agent, idleSince: Date.now() }
+    this.held.set(key, held)
+    agent.onLost = (e: LeaseLostError) => {
+      log.warn({ sessionId: r.id, reason: e.reason }, 'lease lost; the Agent stopped')
+      this.held.delete(key)
+    }
+    agent.onFatal = () => {
+      void this.drop(key, { release: true })
+    }
+    agent.listen((l) => this.o.bus.subscribe(key, l))
+    this.o.publisher.live({ key, id: r.id }, 'agent/created', {}, agent.handle())
+    this.o.publisher.live({ key, id: r.id }, 'agent/session-start', { source: attached.source }, agent.handle())
+    log.debug({ sessionId: r.id, lease: attached.lease.token, repaired: attached.repaired }, 'session attached')
+    // SPEC §18.5: a run state other than idle is an unspent wake
+    if (r.runState !== 'idle') void agent.wakeDurable()
+    return agent
+  }
+
+  /** Extends every held lease; any we no longer hold stops its Agent at once. */
+  private async renew(): Promise<void> {
+    if (!this.held.size) return
+    const keys = [...this.held.keys()]
+    try {
+      const { rows } = await this.o.db.query<{ key: string; lease_token: number }>(
+        `UPDATE sessions SET lease_expires_at = ${NOW_MS} + $3 WHERE key = ANY($1::uuid[]) AND lease_owner = $2 RETURNING key, lease_token`,
+        [keys, this.owner, this.o.leaseTtlMs],
+      )
+      const still = new Map(rows.map((r) => [r.key, Number(r.lease_token)]))
+      for (const key of keys) {
+        const h = this.held.get(key)
+        if (!h) continue
+        if (still.get(key) !== h.agent.log.lease.token) {
+          const deleted = !(await getSessionByKey(this.o.db, key))
+          h.agent.log.row = undefined
+          void h.agent.dispose()
+          this.held.delete(key)
+          this.o.log.warn({ sessionId: h.agent.id, deleted }, deleted ? 'session deleted; its Agent stopped' : 'lease lost at renewal; the Agent stopped')
+        }
+      }
+    } catch (e) {
+      this.o.log.warn({ err: errorChain(e) }, 'lease renewal failed')
+    }
+  }
+
+  /** SPEC §13.3a: take over sessions with work or an open turn whose lease expired. */
+  private async scan(): Promise<void> {
+    if (this.stopping) return
+    try {
+      const { rows } = await this.o.db.query<{ key: string }>(
+        `SELECT key FROM sessions WHERE (run_state <> 'idle' OR open_turn IS NOT NULL) AND (lease_owner IS NULL OR lease_expires_at < ${NOW_MS}) ORDER BY lease_expires_at NULLS FIRST LIMIT 50`,
+      )
+      for (const r of rows) if (!this.held.has(r.key)) void this.claim(r.key, { skipLocked: true })
+    } catch (e) {
+      this.o.log.debug?.({ err: errorChain(e) }, 'takeover scan failed')
+    }
+  }
+
+  /** Releases sessions idle for AGENTD_IDLE_RELEASE_MS (SPEC §13.3a). */
+  private async releaseIdle(): Promise<void> {
+    const now = Date.now()
+    for (const [key, h] of this.held) {
+      if (h.releasing) continue
+      if (h.agent.busy) {
+        h.idleSince = undefined
+        continue
+      }
+      h.idleSince ??= now
+      if (now - h.idleSince >= this.o.idleReleaseMs) void this.drop(key, { release: true, onlyIfIdle: true })
+    }
+  }
+
+  /** Disposes a session's Agent and releases its lease (only if still idle, when asked). */
+  async drop(key: string, o: { release: boolean; onlyIfIdle?: boolean }): Promise<void> {
+    const h = this.held.get(key)
+    if (!h || h.releasing) return
+    h.releasing = true
+    try {
+      if (o.onlyIfIdle) {
+        // atomically: only an idle row with our lease is released; a delivery meanwhile keeps it
+        const released = await this.o.mutex.run(key, () =>
+          this.o.db.transaction(async (tx) => {
+            const { rows } = await tx.query<{ run_state: string }>('SELECT run_state FROM sessions WHERE key = $1 AND lease_owner = $2 AND lease_token = $3 FOR UPDATE', [key, this.owner, h.agent.log.lease.token])
+            if (!rows[0] || rows[0].run_state !== 'idle' || h.agent.busy) return false
+            await tx.query('UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE key = $1', [key])
+            return true
+          }),
+        )
+        if (!released) {
+          h.releasing = false
+          h.idleSince = undefined
+          h.agent.requestSync()
+          return
+        }
+        this.held.delete(key)
+        await h.agent.dispose()
+        return
+      }
+      await h.agent.dispose()
+      this.held.delete(key)
+      if (o.release) await this.releaseRow(key, h.agent.log.lease.token)
+    } catch (e) {
+      this.o.log.warn({ err: errorChain(e), sessionId: h.agent.id }, 'release failed')
+      this.held.delete(key)
+    }
+  }
+
+  private async releaseRow(key: string, token?: number): Promise<void> {
+    await this.o.db.query(`UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE key = $1 AND lease_owner = $2 ${token !== undefined ? 'AND lease_token = $3' : ''}`, token !== undefined ? [key, this.owner, token] : [key, this.owner])
+  }
+
+  /** A session was deleted: stop its Agent without writing. */
+  deleted(key: string): void {
+    const h = this.held.get(key)
+    if (!h) return
+    this.held.delete(key)
+    h.agent.requestSync() // its sync finds no row: LeaseLostError('deleted') stops it
+  }
+
+  /**
+   * SIGTERM (SPEC §18.12): stop claiming, let running turns finish within graceMs, then dispose
+   * every Agent (open turns end aborted {disposed}, balanced) and release the leases.
+   */
+  async stop(graceMs: number): Promise<void> {
+    this.stopping = true
+    this.offWake()
+    for (const t of this.timers) clearInterval(t)
+    this.timers = []
+    await Promise.allSettled([...this.claiming.values()])
+    const deadline = Date.now() + graceMs
+    while ([...this.held.values()].some((h) => h.agent.busy) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50))
+    await Promise.allSettled([...this.held.keys()].map((k) => this.drop(k, { release: true })))
+  }
+}
+
+export type { SessionRow }

@@ -1,0 +1,135 @@
+import { describe, expect, it } from 'vitest'
+import { dropToolCallsFromReplayState, readReplayState, toPiContext } from '../../src/llm/index.js'
+import type { AssistantMessage, Json, Message } from '../../src/session/index.js'
+
+const route = { api: 'openai-completions', provider: 'mock', id: 'm' }
+const sys = (id: string, text: string | null): Message => ({ id, role: 'system', content: text === null ? [] : [{ type: 'text', text }], source: { kind: 'plugin', plugin: 'system-prompt' } })
+const user = (id: string, text: string): Message => ({ id, role: 'user', content: [{ type: 'text', text }], source: { kind: 'user' } })
+const asst = (id: string, content: AssistantMessage['content'], replayState?: Json): Message => ({
+  id,
+  role: 'assistant',
+  content,
+  source: replayState === undefined ? { kind: 'model', provider: 'mock', model: 'm' } : { kind: 'model', provider: 'mock', model: 'm', replayState },
+})
+const result = (id: string, callId: string, text: string, isError = false): Message => ({
+  id,
+  role: 'user',
+  content: [{ type: 'tool-result', toolCallId: callId, isError, content: [{ type: 'text', text }] }],
+  source: { kind: 'tool', callId },
+})
+
+describe('toPiContext (SPEC §8.11)', () => {
+  it('a leading system message becomes systemPrompt; a later one a user message in place', () => {
+    const ctx = toPiContext([sys('s1', 'be brief'), user('u1', 'hi'), asst('a1', [{ type: 'text', text: 'hello' }]), sys('s2', 'now be verbose'), user('u2', 'again')], undefined, route)
+    expect(ctx.systemPrompt).toBe('be brief')
+    expect(ctx.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'user', 'user'])
+    expect(ctx.messages[2]).toEqual({ role: 'user', content: [{ type: 'text', text: 'now be verbose' }], timestamp: 0 })
+    expect(ctx.tools).toBeUndefined()
+  })
+
+  it('joins the texts of a multi-block leading system message and skips empty system messages', () => {
+    const multi: Message = { id: 's', role: 'system', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }], source: { kind: 'plugin', plugin: 'system-prompt' } }
+    expect(toPiContext([multi, user('u', 'x')], undefined, route).systemPrompt).toBe('ab')
+    const ctx = toPiContext([user('u', 'x'), sys('s', null)], undefined, route)
+    expect(ctx.systemPrompt).toBeUndefined()
+    expect(ctx.messages).toHaveLength(1)
+  })
+
+  it('has no systemPrompt when the first message is not a system message', () => {
+    const ctx = toPiContext([user('u', 'x'), sys('s', 'late')], undefined, route)
+    expect(ctx.systemPrompt).toBeUndefined()
+    expect(ctx.messages[1]).toMatchObject({ role: 'user', content: [{ type: 'text', text: 'late' }] })
+  })
+
+  it('converts tool calls (arguments parsed) and tool results (toolName from the call)', () => {
+    const ctx = toPiContext(
+      [
+        user('u', 'go'),
+        asst('a', [
+          { type: 'reasoning', text: 'hmm' },
+          { type: 'text', text: 'calling' },
+          { type: 'tool-call', id: 'c1', name: 'echo', arguments: '{"text":"x"}' },
+          { type: 'tool-call', id: 'c2', name: 'broken', arguments: '{"text":' },
+        ]),
+        result('r1', 'c1', 'x'),
+        result('r2', 'c2', 'bad args', true),
+      ],
+      [{ name: 'echo', description: 'echoes', parameters: { type: 'object', properties: { text: { type: 'string' } } } }],
+      route,
+    )
+    const a = ctx.messages[1]!
+    expect(a).toMatchObject({
+      role: 'assistant',
+      api: 'openai-completions',
+      provider: 'mock',
+      model: 'm',
+      stopReason: 'toolUse',
+      content: [
+        { type: 'thinking', thinking: 'hmm' },
+        { type: 'text', text: 'calling' },
+        { type: 'toolCall', id: 'c1', name: 'echo', arguments: { text: 'x' } },
+        { type: 'toolCall', id: 'c2', name: 'broken', arguments: {} },
+      ],
+    })
+    expect(ctx.messages[2]).toEqual({ role: 'toolResult', toolCallId: 'c1', toolName: 'echo', content: [{ type: 'text', text: 'x' }], isError: false, timestamp: 0 })
+    expect(ctx.messages[3]).toMatchObject({ role: 'toolResult', toolCallId: 'c2', toolName: 'broken', isError: true })
+    expect(ctx.tools).toEqual([{ name: 'echo', description: 'echoes', parameters: { type: 'object', properties: { text: { type: 'string' } } } }])
+  })
+
+  it('keeps inline images and drops URL images (pi-ai sends only inline data)', () => {
+    const m: Message = {
+      id: 'u',
+      role: 'user',
+      content: [{ type: 'text', text: 'look' }, { type: 'image', mimeType: 'image/png', data: 'AAAA' }, { type: 'image', url: 'https://x/y.png' }],
+      source: { kind: 'user' },
+    }
+    expect(toPiContext([m], undefined, route).messages[0]).toEqual({ role: 'user', content: [{ type: 'text', text: 'look' }, { type: 'image', mimeType: 'image/png', data: 'AAAA' }], timestamp: 0 })
+  })
+
+  it('puts replay state back: signatures by block, hidden reasoning in place, tool calls by id', () => {
+    const replay = {
+      v: 1,
+      api: 'anthropic-messages',
+      responseId: 'resp_1',
+      blocks: [
+        { type: 'reasoning', hidden: '[Reasoning redacted]', signature: 'opaque', redacted: true },
+        { type: 'reasoning', signature: 'sig-r' },
+        { type: 'text', signature: 'sig-t' },
+        { type: 'tool-call', id: 'dropped', signature: 'x' },
+        { type: 'tool-call', id: 'c1', signature: 'sig-c' },
+      ],
+    }
+    const ctx = toPiContext(
+      [asst('a', [{ type: 'reasoning', text: 'think' }, { type: 'text', text: 'answer' }, { type: 'tool-call', id: 'c1', name: 'f', arguments: '{}' }], replay as unknown as Json)],
+      undefined,
+      route,
+    )
+    expect(ctx.messages[0]).toMatchObject({
+      api: 'anthropic-messages',
+      responseId: 'resp_1',
+      content: [
+        { type: 'thinking', thinking: '[Reasoning redacted]', thinkingSignature: 'opaque', redacted: true },
+        { type: 'thinking', thinking: 'think', thinkingSignature: 'sig-r' },
+        { type: 'text', text: 'answer', textSignature: 'sig-t' },
+        { type: 'toolCall', id: 'c1', thoughtSignature: 'sig-c' },
+      ],
+    })
+  })
+
+  it('ignores a replay state of a foreign shape', () => {
+    const ctx = toPiContext([asst('a', [{ type: 'text', text: 'x' }], { whatever: true })], undefined, route)
+    expect(ctx.messages[0]).toMatchObject({ api: 'openai-completions', content: [{ type: 'text', text: 'x' }] })
+    expect(readReplayState({ v: 1, api: 'a', blocks: [{ type: 'nope' }] })).toBeUndefined()
+  })
+
+  it('an assistant message of another route gets a foreign api, so pi-ai drops its signatures', () => {
+    const other: Message = { id: 'a', role: 'assistant', content: [{ type: 'text', text: 'x' }], source: { kind: 'model', provider: 'else', model: 'where' } }
+    expect(toPiContext([other], undefined, route).messages[0]).toMatchObject({ api: 'unknown', provider: 'else', model: 'where' })
+  })
+
+  it('dropToolCallsFromReplayState prunes tool-call entries only', () => {
+    const rs = { v: 1, api: 'x', blocks: [{ type: 'text' }, { type: 'tool-call', id: 'c' }] } as Json
+    expect(dropToolCallsFromReplayState(rs)).toEqual({ v: 1, api: 'x', blocks: [{ type: 'text' }] })
+    expect(dropToolCallsFromReplayState(undefined)).toBeUndefined()
+  })
+})
