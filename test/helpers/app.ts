@@ -1,0 +1,227 @@
+// An agentd app started in-process on a fresh database (PostgreSQL or PGlite), listening on a real
+// port, with a tenant and its key; helpers to call the API, read SSE over a real socket, and wait.
+
+import fs from 'node:fs'
+import path from 'node:path'
+import pino from 'pino'
+import { loadConfig } from '../../src/config.js'
+import { startApp, type App, type StartOptions } from '../../src/app.js'
+import type { Context } from '../../src/hooks/index.js'
+import type { SessionEvent } from '../../src/session/index.js'
+import type { Db } from '../../src/store/index.js'
+import { openTestDb, type DbKind, type TestDb } from './db.js'
+import { ScriptedModels, type ScriptedModelDef } from './scripted.js'
+
+export interface TestAppOptions {
+  kind: DbKind
+  env?: Record<string, string>
+  /** applied after the built-in plugins; they get the test database */
+  plugins?: Array<(root: Context, db: Db) => void>
+  models?: ScriptedModelDef[]
+  /** reuse a database (restart tests) */
+  testDb?: TestDb
+  logLevel?: string
+}
+
+export interface TestApp {
+  app: App
+  url: string
+  key: string
+  tenantId: string
+  adminToken: string
+  models: ScriptedModels
+  testDb: TestDb
+  api<T = any>(method: string, path: string, body?: unknown, opts?: { key?: string | null; headers?: Record<string, string>; raw?: string; contentType?: string }): Promise<{ status: number; body: T; text: string; headers: Headers }>
+  createSession(body?: Record<string, unknown>): Promise<{ id: string; [k: string]: unknown }>
+  events(id: string, after?: number): Promise<SessionEvent[]>
+  waitFor(id: string, pred: (e: SessionEvent, all: SessionEvent[]) => boolean, timeoutMs?: number): Promise<SessionEvent[]>
+  waitForTurnEnd(id: string, turn: number, timeoutMs?: number): Promise<SessionEvent[]>
+  waitIdle(id: string, timeoutMs?: number): Promise<SessionEvent[]>
+  close(opts?: { keepDb?: boolean }): Promise<void>
+}
+
+export const ADMIN_TOKEN = 'test-admin-token'
+
+export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
+  const testDb = o.testDb ?? (await openTestDb(o.kind))
+  const models = new ScriptedModels(o.models)
+  const env: Record<string, string> = {
+    PORT: '0',
+    HOST: '127.0.0.1',
+    AGENTD_ADMIN_TOKEN: ADMIN_TOKEN,
+    AGENTD_DATA_DIR: testDb.dataDir ?? fs.mkdtempSync(path.join(process.env.TMPDIR ?? '/tmp', 'agentd-app-')),
+    AGENTD_TOOL_HOSTS: '127.0.0.1,localhost',
+    LOG_LEVEL: o.logLevel ?? process.env.TEST_LOG_LEVEL ?? 'silent',
+    ...(testDb.url ? { DATABASE_URL: testDb.url } : {}),
+    ...(o.env ?? {}),
+  }
+  const config = loadConfig(env)
+  const opts: StartOptions = {
+    db: testDb.db,
+    log: pino({ level: config.logLevel }),
+    llm: { extraModels: models.models, defaultModel: models.ref(), models: { providers: {} } },
+    plugins: o.plugins?.map((p) => (root: Context) => p(root, testDb.db)),
+  }
+  const app = await startApp(config, opts)
+  const url = app.url!
+  const call = async (method: string, p: string, body?: unknown, c: { key?: string | null; headers?: Record<string, string>; raw?: string; contentType?: string } = {}) => {
+    const headers: Record<string, string> = { ...(c.headers ?? {}) }
+    if (c.key !== null) headers.authorization = `Bearer ${c.key ?? key}`
+    let payload: string | undefined
+    if (c.raw !== undefined) {
+      payload = c.raw
+      headers['content-type'] = c.contentType ?? 'application/json'
+    } else if (body !== undefined) {
+      payload = JSON.stringify(body)
+      headers['content-type'] = 'application/json'
+    }
+    const res = await fetch(url + p, { method, headers, body: payload })
+    const text = await res.text()
+    let parsed: unknown
+    try {
+      parsed = text ? JSON.parse(text) : undefined
+    } catch {
+      parsed = undefined
+    }
+    return { status: res.status, body: parsed as any, text, headers: res.headers }
+  }
+  const admin = await call('POST', '/v1/admin/tenants', { name: 'test' }, { key: ADMIN_TOKEN })
+  if (admin.status !== 201) throw new Error(`tenant creation failed: ${admin.status} ${admin.text}`)
+  const key: string = admin.body.apiKey
+  const t: TestApp = {
+    app,
+    url,
+    key,
+    tenantId: admin.body.tenant.id,
+    adminToken: ADMIN_TOKEN,
+    models,
+    testDb,
+    api: call,
+    async createSession(body = {}) {
+      const r = await call('POST', '/v1/sessions', { model: models.ref(), ...body })
+      if (r.status !== 201) throw new Error(`create session: ${r.status} ${r.text}`)
+      return r.body
+    },
+    async events(id, after = -1) {
+      const out: SessionEvent[] = []
+      for (;;) {
+        const r = await call('GET', `/v1/sessions/${encodeURIComponent(id)}/events?after=${after}&limit=5000`)
+        if (r.status !== 200) throw new Error(`events: ${r.status} ${r.text}`)
+        out.push(...r.body.events)
+        if (!r.body.events.length || r.body.events.at(-1).seq >= r.body.headSeq) return out
+        after = r.body.events.at(-1).seq
+      }
+    },
+    async waitFor(id, pred, timeoutMs = 10000) {
+      const deadline = Date.now() + timeoutMs
+      for (;;) {
+        const evs = await t.events(id)
+        if (evs.some((e) => pred(e, evs))) return evs
+        if (Date.now() > deadline) throw new Error(`timed out waiting in session ${id}; log: ${evs.map((e) => e.type).join(' ')}`)
+        await new Promise((r) => setTimeout(r, 25))
+      }
+    },
+    waitForTurnEnd(id, turn, timeoutMs) {
+      return t.waitFor(id, (e) => e.type === 'turn/end' && (e.data as { turn: number }).turn === turn, timeoutMs)
+    },
+    async waitIdle(id, timeoutMs = 10000) {
+      const deadline = Date.now() + timeoutMs
+      for (;;) {
+        const s = await call('GET', `/v1/sessions/${encodeURIComponent(id)}`)
+        const evs = await t.events(id)
+        const open = evs.filter((e) => e.type === 'turn/start').length - evs.filter((e) => e.type === 'turn/end').length
+        if (s.body?.status === 'idle' && open === 0) return evs
+        if (Date.now() > deadline) throw new Error(`session ${id} not idle after ${timeoutMs} ms`)
+        await new Promise((r) => setTimeout(r, 25))
+      }
+    },
+    async close(c = {}) {
+      await app.close()
+      models.close()
+      if (!c.keepDb) await testDb.drop()
+    },
+  }
+  return t
+}
+
+/** One SSE frame. */
+export interface SseFrame {
+  event?: string
+  id?: string
+  data?: string
+  json?: any
+  comment?: string
+}
+
+/** An SSE reader over fetch: collects frames until closed. */
+export async function openSse(url: string, headers: Record<string, string> = {}): Promise<{ status: number; frames: SseFrame[]; done: Promise<void>; close(): void; waitFor(pred: (f: SseFrame) => boolean, timeoutMs?: number): Promise<SseFrame> }> {
+  const ac = new AbortController()
+  const res = await fetch(url, { headers: { accept: 'text/event-stream', ...headers }, signal: ac.signal })
+  const frames: SseFrame[] = []
+  const listeners = new Set<() => void>()
+  const done = (async () => {
+    if (!res.body) return
+    const reader = res.body.getReader()
+    const dec = new TextDecoder()
+    let buf = ''
+    try {
+      for (;;) {
+        const { value, done: end } = await reader.read()
+        if (end) break
+        buf += dec.decode(value, { stream: true })
+        let i: number
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, i)
+          buf = buf.slice(i + 2)
+          const f: SseFrame = {}
+          for (const line of block.split('\n')) {
+            if (line.startsWith(':')) f.comment = line.slice(1).trim()
+            else {
+              const c = line.indexOf(':')
+              const k = line.slice(0, c)
+              const v = line.slice(c + 1).replace(/^ /, '')
+              if (k === 'event') f.event = v
+              else if (k === 'id') f.id = v
+              else if (k === 'data') f.data = f.data === undefined ? v : `${f.data}\n${v}`
+            }
+          }
+          if (f.data !== undefined) {
+            try {
+              f.json = JSON.parse(f.data)
+            } catch {
+              // not JSON
+            }
+          }
+          frames.push(f)
+          for (const l of [...listeners]) l()
+        }
+      }
+    } catch {
+      // aborted
+    }
+  })()
+  return {
+    status: res.status,
+    frames,
+    done,
+    close: () => ac.abort(),
+    waitFor(pred, timeoutMs = 10000) {
+      return new Promise((resolve, reject) => {
+        const check = () => {
+          const f = frames.find(pred)
+          if (f) {
+            listeners.delete(check)
+            clearTimeout(timer)
+            resolve(f)
+          }
+        }
+        const timer = setTimeout(() => {
+          listeners.delete(check)
+          reject(new Error(`SSE: timed out; frames: ${frames.map((f) => f.event).join(' ')}`))
+        }, timeoutMs)
+        listeners.add(check)
+        check()
+      })
+    },
+  }
+}

@@ -1,0 +1,223 @@
+// A scripted model registered with pi-ai (registerApiProvider): tests queue answers per session and
+// see every request pi-ai was given. Requests reach it through agentd's real pi-ai adapter.
+
+import crypto from 'node:crypto'
+import {
+  createAssistantMessageEventStream,
+  registerApiProvider,
+  unregisterApiProviders,
+  type AssistantMessage,
+  type AssistantMessageEventStream,
+  type Context,
+  type Model,
+  type SimpleStreamOptions,
+} from '@mariozechner/pi-ai'
+
+export interface Step {
+  /** text deltas, in order */
+  text?: string[]
+  reasoning?: string[]
+  toolCalls?: Array<{ id: string; name: string; arguments: Record<string, unknown> }>
+  /** pi-ai stop reason of a success (default stop, or toolUse with tool calls) */
+  stop?: 'stop' | 'length' | 'toolUse'
+  usage?: { input: number; output: number; cacheRead?: number; cacheWrite?: number }
+  /** fail with this pi-ai error message (HTTP failures start with the status: "500 …") */
+  error?: string
+  /** wait until the request is aborted after the deltas (a hung stream) */
+  hang?: boolean
+  /** wait for this before finishing (after the deltas) */
+  gate?: Promise<unknown>
+  /** wait for this after `holdAfter` deltas */
+  holdAfter?: number
+  delayMs?: number
+}
+
+export type StepFn = (req: Recorded) => Step | Promise<Step>
+
+export interface Recorded {
+  n: number
+  sessionId?: string
+  model: string
+  context: Context
+  options: SimpleStreamOptions | undefined
+  at: number
+  aborted: boolean
+}
+
+export interface ScriptedModelDef {
+  id: string
+  contextWindow?: number
+  maxTokens?: number
+}
+
+const zeroUsage = () => ({ input: 0, output: 0, cacheRead: 0, cacheWrite: 0, totalTokens: 0, cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 } })
+const tick = () => new Promise<void>((r) => setImmediate(r))
+
+export class ScriptedModels {
+  readonly api = `test-scripted-${crypto.randomBytes(3).toString('hex')}`
+  readonly provider = 'test'
+  readonly requests: Recorded[] = []
+  private readonly queues = new Map<string, Array<Step | StepFn>>()
+  private readonly fallbacks = new Map<string, Step | StepFn>()
+  private readonly waiters = new Set<() => void>()
+
+  constructor(readonly defs: ScriptedModelDef[] = [{ id: 'scripted', contextWindow: 8192, maxTokens: 1024 }]) {
+    const stream = (model: Model<string>, context: Context, options?: SimpleStreamOptions) => this.stream(model, context, options)
+    registerApiProvider({ api: this.api, stream, streamSimple: stream }, this.api)
+  }
+
+  /** pi-ai models for createLlmService({extraModels}) */
+  get models(): Model<string>[] {
+    return this.defs.map((d) => ({
+      id: d.id,
+      name: d.id,
+      api: this.api,
+      provider: this.provider,
+      baseUrl: '',
+      reasoning: false,
+      input: ['text'] as ('text' | 'image')[],
+      cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
+      contextWindow: d.contextWindow ?? 8192,
+      maxTokens: d.maxTokens ?? 1024,
+    }))
+  }
+
+  ref(id = this.defs[0].id): string {
+    return `${this.provider}/${id}`
+  }
+
+  script(sessionId: string, ...steps: Array<Step | StepFn>): void {
+    const q = this.queues.get(sessionId) ?? []
+    q.push(...steps)
+    this.queues.set(sessionId, q)
+  }
+
+  fallback(sessionId: string, step: Step | StepFn): void {
+    this.fallbacks.set(sessionId, step)
+  }
+
+  requestsOf(sessionId: string): Recorded[] {
+    return this.requests.filter((r) => r.sessionId === sessionId)
+  }
+
+  pending(sessionId: string): number {
+    return this.queues.get(sessionId)?.length ?? 0
+  }
+
+  async waitForRequest(sessionId: string, n = 1, timeoutMs = 10000): Promise<Recorded> {
+    const deadline = Date.now() + timeoutMs
+    for (;;) {
+      const r = this.requestsOf(sessionId)[n - 1]
+      if (r) return r
+      if (Date.now() > deadline) throw new Error(`no model request #${n} for ${sessionId} within ${timeoutMs} ms`)
+      await new Promise<void>((res) => {
+        const t = setTimeout(res, 20)
+        this.waiters.add(() => {
+          clearTimeout(t)
+          res()
+        })
+      })
+    }
+  }
+
+  close(): void {
+    unregisterApiProviders(this.api)
+  }
+
+  private stream(model: Model<string>, context: Context, options?: SimpleStreamOptions): AssistantMessageEventStream {
+    const out = createAssistantMessageEventStream()
+    const sessionId = options?.sessionId
+    const rec: Recorded = { n: this.requests.length + 1, sessionId, model: model.id, context: structuredClone(context), options, at: Date.now(), aborted: false }
+    this.requests.push(rec)
+    for (const w of [...this.waiters]) w()
+    this.waiters.clear()
+    const signal = options?.signal
+    signal?.addEventListener('abort', () => (rec.aborted = true), { once: true })
+    const message: AssistantMessage = { role: 'assistant', content: [], api: model.api, provider: model.provider, model: model.id, usage: zeroUsage(), stopReason: 'stop', timestamp: Date.now() }
+    const fail = (reason: 'error' | 'aborted', text: string) => {
+      message.stopReason = reason
+      message.errorMessage = text
+      out.push({ type: 'error', reason, error: message })
+      out.end(message)
+    }
+    void (async () => {
+      await tick()
+      const q = sessionId ? this.queues.get(sessionId) : undefined
+      let step: Step | StepFn | undefined = q?.shift() ?? (sessionId ? this.fallbacks.get(sessionId) : undefined)
+      if (!step) step = { error: `400 no scripted answer for session ${sessionId}` }
+      const s: Step = typeof step === 'function' ? await step(rec) : step
+      if (s.delayMs) await new Promise((r) => setTimeout(r, s.delayMs))
+      if (signal?.aborted) return fail('aborted', 'Request was aborted')
+      if (s.error && !s.text?.length) return fail('error', s.error)
+      out.push({ type: 'start', partial: message })
+      let deltas = 0
+      const hold = async () => {
+        deltas++
+        if (s.holdAfter !== undefined && deltas === s.holdAfter && s.gate) await Promise.race([s.gate, aborted(signal)])
+      }
+      let index = 0
+      if (s.reasoning?.length) {
+        const b = { type: 'thinking' as const, thinking: '' }
+        message.content.push(b)
+        out.push({ type: 'thinking_start', contentIndex: index, partial: message })
+        for (const d of s.reasoning) {
+          await tick()
+          if (signal?.aborted) return fail('aborted', 'Request was aborted')
+          b.thinking += d
+          out.push({ type: 'thinking_delta', contentIndex: index, delta: d, partial: message })
+          await hold()
+        }
+        out.push({ type: 'thinking_end', contentIndex: index, content: b.thinking, partial: message })
+        index++
+      }
+      if (s.text?.length) {
+        const b = { type: 'text' as const, text: '' }
+        message.content.push(b)
+        out.push({ type: 'text_start', contentIndex: index, partial: message })
+        for (const d of s.text) {
+          await tick()
+          if (signal?.aborted) return fail('aborted', 'Request was aborted')
+          b.text += d
+          out.push({ type: 'text_delta', contentIndex: index, delta: d, partial: message })
+          await hold()
+        }
+        out.push({ type: 'text_end', contentIndex: index, content: b.text, partial: message })
+        index++
+      }
+      for (const tc of s.toolCalls ?? []) {
+        const b = { type: 'toolCall' as const, id: tc.id, name: tc.name, arguments: tc.arguments }
+        message.content.push(b)
+        out.push({ type: 'toolcall_start', contentIndex: index, partial: message })
+        out.push({ type: 'toolcall_delta', contentIndex: index, delta: JSON.stringify(tc.arguments), partial: message })
+        out.push({ type: 'toolcall_end', contentIndex: index, toolCall: b, partial: message })
+        index++
+      }
+      if (s.gate && s.holdAfter === undefined) await Promise.race([s.gate, aborted(signal)])
+      if (s.hang) await aborted(signal)
+      if (signal?.aborted) return fail('aborted', 'Request was aborted')
+      if (s.error) return fail('error', s.error)
+      const u = s.usage ?? { input: 10, output: 5 }
+      message.usage = { ...zeroUsage(), input: u.input, output: u.output, cacheRead: u.cacheRead ?? 0, cacheWrite: u.cacheWrite ?? 0, totalTokens: u.input + u.output }
+      const stop = s.stop ?? (s.toolCalls?.length ? 'toolUse' : 'stop')
+      message.stopReason = stop
+      out.push({ type: 'done', reason: stop, message })
+      out.end(message)
+    })()
+    return out
+  }
+}
+
+function aborted(signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    if (!signal) return
+    if (signal.aborted) return resolve()
+    signal.addEventListener('abort', () => resolve(), { once: true })
+  })
+}
+
+/** A gate a step can wait on. */
+export function gate(): { promise: Promise<void>; open(): void } {
+  let open!: () => void
+  const promise = new Promise<void>((r) => (open = r))
+  return { promise, open }
+}
