@@ -12,6 +12,7 @@ import { buildHttp, type DriverControl } from './http/app.js'
 import { Metrics } from './http/metrics.js'
 import { createLlmService, type LlmService, type LlmServiceOptions } from './llm/index.js'
 import { loadBuiltinPlugins, loadServerPlugins } from './plugins/index.js'
+import { COMPACTOR, type Compactor } from './plugins/compaction.js'
 import { migrate, openDb, schemaCurrent, tenants, type Db, type SessionRow } from './store/index.js'
 import { checkToolUrl, parseToolHosts, type HostPolicy } from './tools/hosts.js'
 import { ToolRegistry } from './tools/registry.js'
@@ -90,7 +91,10 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     })
     const feeds = new Feeds(bus, db)
 
-    loadBuiltinPlugins(root, config.builtinPlugins)
+    // what built-in plugins reach through the root: the model service and the logger
+    root.provide('llm', llm, true)
+    root.provide('log', log, true)
+    loadBuiltinPlugins(root, config.builtinPlugins, { compaction: { model: config.compactionModel } })
     await loadServerPlugins(root, config.plugins)
     for (const p of o.plugins ?? []) p(root)
 
@@ -112,7 +116,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     }
 
     const driver: DriverControl = {
-      compact: async (row: SessionRow) => compactNow(host, row),
+      compact: async (row: SessionRow) => compactNow(host, root, row),
       deleted: async (row: SessionRow) => {
         host?.deleted(row.key)
         bus.poke(row.key)
@@ -154,17 +158,19 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
   }
 }
 
-/** SPEC §12.7 via the driver: manual compaction while idle. Issue #5 fills in the compaction itself. */
-async function compactNow(host: WorkerHost | undefined, row: SessionRow): Promise<{ compacted: boolean }> {
+/** SPEC §12.7 via the driver: manual compaction while idle, by the compaction plugin when loaded. */
+async function compactNow(host: WorkerHost | undefined, root: Context, row: SessionRow): Promise<{ compacted: boolean }> {
   if (!host) throw new ApiError('session-busy', 'this process drives no sessions (AGENTD_ROLE=api); try a worker')
   const agent: Agent | null = host.agent(row.key) ?? (await host.claim(row.key))
   if (!agent) throw new ApiError('session-busy', 'another process drives this session right now; try again')
   if (agent.busy) throw new ApiError('session-busy', 'a turn is running; compaction runs while idle')
-  const compact = (agent as unknown as { compactNow?: () => Promise<boolean> }).compactNow
+  if (agent.state.openCompaction) throw new ApiError('session-busy', 'a compaction is in progress')
+  const compact = (root as unknown as Record<symbol, Compactor | undefined>)[COMPACTOR]
   if (!compact) return { compacted: false }
   try {
-    return { compacted: await compact.call(agent) }
+    return { compacted: await compact(agent) }
   } catch (e) {
+    if (e instanceof Error && /maintenance needs an idle Agent/.test(e.message)) throw new ApiError('session-busy', 'a turn is running; compaction runs while idle')
     throw new ApiError('internal', `compaction failed: ${errorChain(e)}`)
   }
 }

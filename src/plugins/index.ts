@@ -5,12 +5,16 @@ import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import type { Context } from 'cordis'
 import llmRetry from './llm-retry.js'
+import compaction from './compaction.js'
+import toolResultPruner from './tool-result-pruner.js'
 
-type PluginObject = { name?: string; apply: (ctx: Context, config?: unknown) => unknown }
+type PluginObject = { name?: string; apply: (ctx: Context, config?: any) => unknown }
 type PluginFunction = ((ctx: Context, config?: unknown) => unknown) & { name?: string }
 
 export const BUILTIN_PLUGINS: Record<string, PluginObject> = {
   'llm-retry': llmRetry,
+  compaction,
+  'tool-result-pruner': toolResultPruner,
 }
 
 export class PluginLoadError extends Error {
@@ -44,11 +48,9 @@ export function applyPlugin(root: Context, name: string, plugin: PluginObject | 
   if (failure) throw failure
 }
 
-export function loadBuiltinPlugins(root: Context, names: string[]): void {
-  for (const n of names) {
-    const p = BUILTIN_PLUGINS[n]
-    if (p) applyPlugin(root, p.name ?? n, p)
-  }
+/** The built-in plugins, in a fixed order whatever the list order, each with its settings. */
+export function loadBuiltinPlugins(root: Context, names: string[], settings: Record<string, unknown> = {}): void {
+  for (const n of Object.keys(BUILTIN_PLUGINS)) if (names.includes(n)) applyPlugin(root, BUILTIN_PLUGINS[n].name ?? n, BUILTIN_PLUGINS[n], settings[n])
 }
 
 /** Loads AGENTD_PLUGINS modules in order; a failure names the module. */

@@ -48,7 +48,11 @@ export class SessionState {
   lastTurn = 0
   openTurn: number | null = null
   openStep: number | null = null
+  /** seq of the open step's step/start (its nodes are never compacted, SPEC §12.5) */
+  openStepSeq: number | undefined
   lastStep = 0
+  /** seq of the latest assistant/message */
+  lastAssistantSeq: number | undefined
   latestHeader: { seq: number; header: EpochHeader } | undefined
   latestContext: Record<string, unknown> | undefined
   /** Text of the retained runtime-context snapshot; undefined: none retained; null: unknown (repair). */
@@ -138,6 +142,7 @@ export class SessionState {
         if (this.openStep !== null) throw new LogError(`step/start while step ${this.openStep} is open`)
         if (d.step !== this.lastStep + 1) throw new LogError(`step ${String(d.step)} does not follow step ${this.lastStep}`)
         set('openStep', d.step as number)
+        set('openStepSeq', e.seq)
         set('lastStep', d.step as number)
         {
           const saved = [...this.retries.entries()]
@@ -151,6 +156,7 @@ export class SessionState {
       case 'step/end':
         if (this.openStep === null || d.step !== this.openStep || d.turn !== this.openTurn) throw new LogError('step/end without that open step')
         set('openStep', null)
+        set('openStepSeq', undefined)
         break
       case 'system/message':
       case 'assistant/message':
@@ -195,6 +201,7 @@ export class SessionState {
 
     // open tool calls (for crash repair, SPEC §13.1)
     if (e.type === 'assistant/message') {
+      set('lastAssistantSeq', e.seq)
       const blocks = ((d.message as { content?: ContentBlock[] })?.content ?? []).filter((b): b is ToolCallBlock => b.type === 'tool-call')
       const added: string[] = []
       for (const b of blocks) {
