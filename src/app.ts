@@ -6,7 +6,7 @@ import pino, { type Logger } from 'pino'
 import type { FastifyInstance } from 'fastify'
 import type { Config } from './config.js'
 import { Agent, Intake, KeyedMutex, Publisher, SessionLog, Sessions, SystemPromptService, errorChain, type AgentDeps } from './agent/index.js'
-import { Feeds, LocalHub, PgBus, type Bus, type LiveFrame } from './bus/index.js'
+import { Feeds, LiveAttempts, LocalHub, PgBus, type Bus, type LiveFrame } from './bus/index.js'
 import { createRoot, type Context } from './hooks/index.js'
 import { buildHttp, type DriverControl } from './http/app.js'
 import { Metrics } from './http/metrics.js'
@@ -90,6 +90,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       tools: { builtin: (name) => registry.get(name), checkUrl: (url) => checkToolUrl(url, toolPolicy) },
     })
     const feeds = new Feeds(bus, db)
+    const attempts = new LiveAttempts(bus)
+    cleanup.push(() => attempts.close())
 
     // what built-in plugins reach through the root: the model service and the logger
     root.provide('llm', llm, true)
@@ -122,7 +124,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         bus.poke(row.key)
       },
     }
-    const snapshot = (key: string): LiveFrame | undefined => host?.agent(key)?.snapshotFrame()
+    // the driver's own view when it runs here, else what this process saw of its live frames
+    const snapshot = (key: string): LiveFrame | undefined => host?.agent(key)?.snapshotFrame() ?? attempts.snapshot(key)
 
     const app: App = {
       config,

@@ -247,7 +247,10 @@ export class Agent {
   listen(subscribe: (l: { commit?: (n: { seq: number; remote?: boolean; events?: readonly StoredEvent[] }) => void; poke?: () => void; reset?: () => void }) => () => void): void {
     this.unsubscribe = subscribe({
       commit: (n) => {
-        if (n.seq > this.state.headSeq) this.requestSync()
+        if (n.seq <= this.state.headSeq) return
+        // this process's own commits (deliveries) fold without a read; others' need one
+        if (n.events?.length) void this.log.foldLocal(n.events).then((ok) => ok || this.requestSync(), () => this.requestSync())
+        else this.requestSync()
       },
       poke: () => this.requestSync(),
       reset: () => this.requestSync(),

@@ -136,6 +136,20 @@ export class SessionLog {
     })
   }
 
+  /**
+   * Folds events this process committed for the session (intake deliveries) without a read; returns
+   * false when they do not continue the state (the caller syncs instead).
+   */
+  async foldLocal(events: readonly StoredEvent[]): Promise<boolean> {
+    return this.d.mutex.run(this.key, async () => {
+      const fresh = events.filter((e) => e.seq >= this.state.nextSeq)
+      if (!fresh.length) return true
+      if (fresh[0].seq !== this.state.nextSeq) return false
+      for (const e of fresh) this.state.apply(e)
+      return true
+    })
+  }
+
   /** Reads what others committed and the row flags, without appending (a doorbell or a poke). */
   async sync(): Promise<LeanRow> {
     return this.d.mutex.run(this.key, async () => {

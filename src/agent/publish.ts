@@ -7,6 +7,9 @@ import type { Bus } from '../bus/index.js'
 import { emitContained, hasListeners, type Context } from '../hooks/index.js'
 import type { StoredEvent } from '../store/index.js'
 
+/** The notifications subscribers receive (API.md §6, SPEC §18.11); the rest stay in the process. */
+export const WIRE_NOTIFICATIONS = new Set(['agent/status', 'agent/session-start', 'agent/inbox/inserted', 'agent/inbox/claimed', 'agent/inbox/discarded', 'agent/assistant-stream', 'agent/error'])
+
 export interface SessionRef {
   key: string
   id: string
@@ -54,7 +57,7 @@ export class Publisher {
    * the payload plus `agent`.
    */
   live(s: SessionRef, name: string, payload: Record<string, unknown>, agent?: unknown, wire: unknown = payload): void {
-    this.bus.publishLive(s.key, { event: name, data: wire })
+    if (WIRE_NOTIFICATIONS.has(name)) this.bus.publishLive(s.key, { event: name, data: wire })
     if (hasListeners(this.root, name)) emitContained(this.root, name, [{ ...payload, agent }], (err, plugin) => this.log.warn({ err, plugin, sessionId: s.id, notification: name }, 'notification listener failed'))
   }
 }

@@ -28,6 +28,7 @@ export interface SessionListener {
 }
 
 export interface Bus {
+  tap(fn: (sessionKey: string, frame: LiveFrame) => void): () => void
   subscribe(sessionKey: string, l: SessionListener): () => void
   /** after commit: local listeners get the events, other processes a coalesced doorbell */
   publishCommit(sessionKey: string, events: readonly StoredEvent[]): void
@@ -45,6 +46,13 @@ export interface Bus {
 export class LocalHub implements Bus {
   private readonly sessions = new Map<string, Set<SessionListener>>()
   private readonly wakeHandlers = new Set<(k: string) => void>()
+  private readonly taps = new Set<(sessionKey: string, frame: LiveFrame) => void>()
+
+  /** Sees every live frame of every session, local or remote, before subscribers do. */
+  tap(fn: (sessionKey: string, frame: LiveFrame) => void): () => void {
+    this.taps.add(fn)
+    return () => this.taps.delete(fn)
+  }
 
   subscribe(sessionKey: string, l: SessionListener): () => void {
     let set = this.sessions.get(sessionKey)
@@ -75,6 +83,13 @@ export class LocalHub implements Bus {
   }
 
   deliverLive(sessionKey: string, frame: LiveFrame): void {
+    for (const t of this.taps) {
+      try {
+        t(sessionKey, frame)
+      } catch {
+        // a tap's failure is its own
+      }
+    }
     this.each(sessionKey, (l) => l.live?.(frame))
   }
 

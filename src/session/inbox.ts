@@ -15,10 +15,11 @@ export const listOf = (inbox: Inbox, target: InboxTarget): UserMessage[] => (tar
 
 /** SPEC §4.2 step 1: array-splice normalization of (start, deleteCount) against a list length. */
 export function normalizeSplice(length: number, start: number, deleteCount: number): { start: number; deleteCount: number } {
-  let s = Number.isNaN(start) ? 0 : Math.trunc(start)
+  // + 0 turns a -0 from truncating (-1, 0) into 0: a logged splice must be lossless JSON
+  let s = Number.isNaN(start) ? 0 : Math.trunc(start) + 0
   if (s < 0) s = Math.max(0, length + s)
   if (s > length) s = length
-  let d = Number.isNaN(deleteCount) ? 0 : Math.trunc(deleteCount)
+  let d = Number.isNaN(deleteCount) ? 0 : Math.trunc(deleteCount) + 0
   d = Math.min(Math.max(0, d), length - s)
   return { start: s, deleteCount: d }
 }

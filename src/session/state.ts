@@ -194,9 +194,9 @@ export class SessionState {
       this.rollback(undos)
       throw new LogError('an appended user/message must sit inside an open step')
     }
-    if (e.type === 'tool/result' && e.surfaceOp === 'append' && this.openStep === null) {
+    if (e.type === 'tool/result' && e.surfaceOp === 'append' && (this.openStep === null || d.turn !== this.openTurn || d.step !== this.openStep)) {
       this.rollback(undos)
-      throw new LogError('an appended tool/result must sit inside an open step')
+      throw new LogError('an appended tool/result must carry the open turn and step')
     }
 
     // open tool calls (for crash repair, SPEC §13.1)
@@ -218,10 +218,14 @@ export class SessionState {
       undos.push(() => (old ? this.openCalls.set(id, old) : this.openCalls.delete(id)))
     } else if (e.type === 'tool/result' && e.surfaceOp === 'append') {
       const id = ((d.message as { source?: { callId?: string } })?.source?.callId) as string
-      const old = this.openCalls.get(id)
-      if (old) {
+      if (this.openCalls.has(id)) {
+        // the undo restores model order, not just membership
+        const before = [...this.openCalls.entries()]
         this.openCalls.delete(id)
-        undos.push(() => this.openCalls.set(id, old))
+        undos.push(() => {
+          this.openCalls.clear()
+          for (const [k, v] of before) this.openCalls.set(k, v)
+        })
       }
     }
 

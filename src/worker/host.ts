@@ -67,8 +67,9 @@ export class WorkerHost {
     if (this.stopping) return
     const h = this.held.get(key)
     if (h) {
+      // the wake prefix runs under the row lock and catches up on its own
       h.idleSince = undefined
-      h.agent.requestSync()
+      void h.agent.wakeDurable()
       return
     }
     await this.claim(key)
