@@ -80,7 +80,10 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     const publisher = new Publisher(bus, root, log)
     const mutex = new KeyedMutex()
     let host: WorkerHost | undefined
-    const intake = new Intake({ db, publisher, mutex, agentFor: (key) => host?.agent(key)?.handle() })
+    const intake = new Intake({ db, publisher, mutex, agentFor: (key) => {
+      const a = host?.agent(key)
+      return a ? (plugin: string) => a.handle(plugin || 'agentd') : undefined
+    } })
     const registry = (root as unknown as { tools: ToolRegistry }).tools
     const sessions = new Sessions({
       db,

@@ -58,6 +58,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`)
   const databaseUrl = env.DATABASE_URL || undefined
   if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) throw new ConfigError('DATABASE_URL must be a postgres:// or postgresql:// URL')
+  if (role !== 'all' && !databaseUrl) throw new ConfigError(`AGENTD_ROLE=${role} needs DATABASE_URL: the embedded database belongs to a single process that runs both the API and the drivers`)
   const compactionModel = env.AGENTD_COMPACTION_MODEL || undefined
   if (compactionModel && !compactionModel.includes('/')) throw new ConfigError('AGENTD_COMPACTION_MODEL must be provider/modelId')
   return {

@@ -162,6 +162,8 @@ export class Agent {
     this.log.lease = lease
     this.capturedGeneration = state.replaceGeneration
     this.hooks = (d.root as unknown as { hooks: Hooks }).hooks
+    // every commit and sync reports the row: a cancel request or a wake is noticed at once
+    this.log.onRow = (r) => this.react(r)
   }
 
   get state(): SessionState {
@@ -215,8 +217,10 @@ export class Agent {
   }
 
   private notify(name: string, payload: Record<string, unknown>, wire: unknown = payload): void {
-    this.d.publisher.live(this.ref, name, payload, this.handle(), wire)
+    this.d.publisher.live(this.ref, name, payload, this.handleFor, wire)
   }
+
+  private readonly handleFor = (plugin: string) => this.handle(plugin || 'agentd')
 
   /** The public status last announced: agent/status goes out exactly when it changes (SPEC §5.1). */
   private emitted: 'idle' | 'running' = 'idle'
@@ -268,8 +272,7 @@ export class Agent {
       do {
         this.syncAgain = false
         try {
-          const row = await this.log.sync()
-          this.react(row)
+          await this.log.sync()
           if (this.waiting.size) await this.checkAnswers()
         } catch (e) {
           if (e instanceof LeaseLostError) this.lost(e)
@@ -324,7 +327,8 @@ export class Agent {
       return { patch, value: e.seq }
     })
     this.notify('agent/inbox/inserted', { message })
-    if (wakes && this.phase === 'idle' && !this.activity && !this.disposed) await this.wake()
+    // C2: a waking delivery to an idle Agent resolves once the wake prefix committed (maybe started by the row flag)
+    if (wakes && !this.disposed) await this.wake()
     return { messageId: message.id, seq: r.value }
   }
 
@@ -362,7 +366,7 @@ export class Agent {
 
   /** A durable wake request found by the lease holder (doorbell, attach). */
   async wakeDurable(): Promise<void> {
-    if (this.phase !== 'idle' || this.activity || this.disposed) return
+    if (this.disposed) return
     try {
       await this.wake()
     } catch (e) {
@@ -379,8 +383,20 @@ export class Agent {
    * The wake prefix: running, then turn/start and the claim in ONE transaction (SPEC §5.2). A wake
    * with nothing to do (or one a cancel spent) is settled in the row without a turn.
    */
-  private async wake(): Promise<void> {
-    if (this.phase !== 'idle' || this.activity) return
+  private wake(): Promise<void> {
+    // one wake at a time: a second caller (a delivery racing a doorbell) waits for the same prefix
+    if (this.waking) return this.waking
+    if (this.phase !== 'idle' || this.activity) return Promise.resolve()
+    const p = this.wakeOnce().finally(() => {
+      if (this.waking === p) this.waking = undefined
+    })
+    this.waking = p
+    return p
+  }
+
+  private waking: Promise<void> | undefined
+
+  private async wakeOnce(): Promise<void> {
     this.controller = new AbortController()
     this.cause = undefined
     this.phase = 'running'
@@ -793,9 +809,10 @@ export class Agent {
     let iterError: unknown
     let finished = false
     const it = source[Symbol.asyncIterator]()
+    let onAbort: (() => void) | undefined
     const aborted = new Promise<'aborted'>((resolve) => {
       if (signal.aborted) resolve('aborted')
-      else signal.addEventListener('abort', () => resolve('aborted'), { once: true })
+      else signal.addEventListener('abort', (onAbort = () => resolve('aborted')), { once: true })
     })
     try {
       for (;;) {
@@ -817,6 +834,7 @@ export class Agent {
     } catch (e) {
       iterError = e
     } finally {
+      if (onAbort) signal.removeEventListener('abort', onAbort)
       if (!finished) void Promise.resolve(it.return?.()).catch(() => {})
     }
     const assembled = assembleBlocks(chunks)
@@ -1020,7 +1038,7 @@ export class Agent {
         o = errorResult('TOOL_ERROR', `finalizeContent failed: ${errorChain(e)}`)
       }
     }
-    this.d.publisher.live(this.ref, 'tools/result', { call, result: o }, this.handle(), undefined)
+    this.d.publisher.live(this.ref, 'tools/result', { call, result: o }, this.handleFor)
     const contexts: UserMessage[] = []
     for (const c of o.additionalContexts ?? []) {
       try {

@@ -3,11 +3,20 @@
 // transaction, and published after commit (DESIGN.md §3, SPEC §2.4, §3.1.4).
 
 import type { Logger } from 'pino'
-import { LogError, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
-import { lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type StoredEvent } from '../store/index.js'
+import { deepFreeze, LogError, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
+import { appendFenced, lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 import { ledger, usageOf } from './sessions.js'
+
+/** Thrown by a builder that needs the locked row while the fast path runs it. */
+const NEEDS_LOCK = Symbol('agentd.needsLock')
+
+/** The stored copy is deep-frozen (SPEC §3.1.5); drafts are frozen as they join a unit. */
+function deepFreezeData(e: SessionEvent): SessionEvent {
+  deepFreeze(e.data)
+  return e
+}
 
 /** The lease this driver holds; every append checks it (SPEC §2.2). */
 export interface Lease {
@@ -80,60 +89,128 @@ export class SessionLog {
   ): Promise<CommitResult<T>> {
     if (this.d.publisher.isPublishing(this.key)) throw new LogError('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     return this.d.mutex.run(this.key, async () => {
-      const undos: Undo[] = []
-      let result: { events: StoredEvent[]; value: T; row: LeanRow }
-      try {
-        result = await this.d.db.transaction(async (tx) => {
-          const row = this.check(await lockLean(tx, this.key))
-          await this.catchUp(tx, row)
-          const added: SessionEvent[] = []
-          const u: UnitBuilder = {
-            row,
-            tx,
-            add: (draft, o) => {
-              const time = o?.time ?? Math.max(Date.now(), this.state.lastTime)
-              const [e] = stamp({ nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }, [draft], Math.max(time, this.state.lastTime))
-              undos.push(this.state.apply(e))
-              added.push(e)
-              return e
-            },
-          }
-          const out = build(u) ?? {}
-          const patch: RowPatch = { ...(out.patch ?? {}) }
-          // the row mirrors the log: open turn, inbox projection, usage ledger
-          let usage: RowPatch['usage']
-          for (const e of added) {
-            if (e.type === 'turn/start') patch.openTurn = (e.data as { turn: number }).turn
-            else if (e.type === 'turn/end') patch.openTurn = null
-            else if (e.type === 'agent/inbox/spliced') patch.inbox = this.state.inbox
-            const u2 = usageOf(e)
-            if (u2) {
-              const l = ledger(u2)
-              usage = usage ? { inputTokens: usage.inputTokens + l.inputTokens, outputTokens: usage.outputTokens + l.outputTokens, cacheReadTokens: usage.cacheReadTokens + l.cacheReadTokens, cacheWriteTokens: usage.cacheWriteTokens + l.cacheWriteTokens, costUsd: usage.costUsd + l.costUsd } : l
-            }
-          }
-          if (usage) patch.usage = usage
-          const pos = { key: this.key, nextSeq: row.nextSeq, lastTime: row.lastTime }
-          // the builder stamped against the folded state, which equals the row after catch-up
-          const events = await writeEvents(tx, { ...pos, nextSeq: this.state.nextSeq - added.length }, added, patch)
-          if (opts.inTx) await opts.inTx(tx)
-          const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }
-          if (patch.runState !== undefined) next.runState = patch.runState
-          if (patch.cancelPending !== undefined) next.cancelPending = patch.cancelPending
-          if (patch.wakeLatched !== undefined) next.wakeLatched = patch.wakeLatched
-          if (patch.openTurn !== undefined) next.openTurn = patch.openTurn
-          return { events, value: out.value as T, row: next }
-        })
-      } catch (e) {
-        for (let i = undos.length - 1; i >= 0; i--) undos[i]()
-        throw e
-      }
+      // the fast path: one fenced statement; a unit that must see the locked row, or that found the
+      // row moved or the lease gone, takes the locked path
+      const result = (opts.inTx ? null : await this.commitFast(build)) ?? (await this.commitLocked(build, opts.inTx))
       this.row = result.row
       this.d.onAppend?.(result.events.length)
       opts.beforePublish?.(result.value, result.events)
       if (opts.publish !== false) this.d.publisher.committed({ key: this.key, id: this.id }, result.events)
+      this.onRow?.(result.row)
       return result
     })
+  }
+
+  /** Called after every commit and sync with the row flags it saw (cancel requests, wakes). */
+  onRow?: (row: LeanRow) => void
+
+  /** A builder that stamps and folds each draft at once, collecting the undos. */
+  private builder(undos: Undo[], added: SessionEvent[], row: LeanRow | undefined, tx: Queryable | undefined): UnitBuilder {
+    return {
+      get row(): LeanRow {
+        if (!row) throw NEEDS_LOCK
+        return row
+      },
+      get tx(): Queryable {
+        if (!tx) throw NEEDS_LOCK
+        return tx
+      },
+      add: (draft, o) => {
+        const time = Math.max(o?.time ?? Date.now(), this.state.lastTime)
+        const [e] = stamp({ nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }, [draft], time)
+        undos.push(this.state.apply(deepFreezeData(e)))
+        added.push(e)
+        return e
+      },
+    }
+  }
+
+  /** What the row must mirror of the added events: open turn, inbox projection, usage ledger. */
+  private mirror(added: SessionEvent[], patch: RowPatch): RowPatch {
+    const p: RowPatch = { ...patch }
+    let usage: RowPatch['usage']
+    for (const e of added) {
+      if (e.type === 'turn/start') p.openTurn = (e.data as { turn: number }).turn
+      else if (e.type === 'turn/end') p.openTurn = null
+      else if (e.type === 'agent/inbox/spliced') p.inbox = this.state.inbox
+      const u = usageOf(e)
+      if (u) {
+        const l = ledger(u)
+        usage = usage ? { inputTokens: usage.inputTokens + l.inputTokens, outputTokens: usage.outputTokens + l.outputTokens, cacheReadTokens: usage.cacheReadTokens + l.cacheReadTokens, cacheWriteTokens: usage.cacheWriteTokens + l.cacheWriteTokens, costUsd: usage.costUsd + l.costUsd } : l
+      }
+    }
+    if (usage) p.usage = usage
+    return p
+  }
+
+  private async commitFast<T>(build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void): Promise<CommitResult<T> | null> {
+    const undos: Undo[] = []
+    const added: SessionEvent[] = []
+    const undo = () => {
+      for (let i = undos.length - 1; i >= 0; i--) undos[i]()
+    }
+    let out: { patch?: RowPatch; value?: T }
+    try {
+      out = build(this.builder(undos, added, undefined, undefined)) ?? {}
+    } catch (e) {
+      undo()
+      if (e === NEEDS_LOCK) return null
+      throw e
+    }
+    if (!added.length) {
+      undo()
+      return null
+    }
+    let r
+    try {
+      r = await appendFenced(this.d.db, this.key, { nextSeq: added[0].seq, owner: this.lease.owner, token: this.lease.token }, added, this.mirror(added, out.patch ?? {}))
+    } catch (e) {
+      undo()
+      throw e
+    }
+    if (!r) {
+      undo()
+      return null
+    }
+    const prev = this.row
+    const row: LeanRow = {
+      key: this.key,
+      nextSeq: this.state.nextSeq,
+      lastTime: this.state.lastTime,
+      updatedAt: this.state.lastTime,
+      runState: r.runState,
+      cancelPending: r.cancelPending,
+      wakeLatched: r.wakeLatched,
+      leaseOwner: this.lease.owner,
+      leaseToken: this.lease.token,
+      openTurn: this.state.openTurn,
+    }
+    void prev
+    return { events: r.events, value: out.value as T, row }
+  }
+
+  private async commitLocked<T>(build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void, inTx?: (tx: Queryable) => Promise<void>): Promise<CommitResult<T>> {
+    const undos: Undo[] = []
+    try {
+      return await this.d.db.transaction(async (tx) => {
+        const row = this.check(await lockLean(tx, this.key))
+        await this.catchUp(tx, row)
+        const added: SessionEvent[] = []
+        const out = build(this.builder(undos, added, row, tx)) ?? {}
+        const patch = this.mirror(added, out.patch ?? {})
+        const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch)
+        if (inTx) await inTx(tx)
+        const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }
+        if (patch.runState !== undefined) next.runState = patch.runState
+        if (patch.cancelPending !== undefined) next.cancelPending = patch.cancelPending
+        if (patch.wakeLatched !== undefined) next.wakeLatched = patch.wakeLatched
+        if (patch.openTurn !== undefined) next.openTurn = patch.openTurn
+        return { events, value: out.value as T, row: next }
+      })
+    } catch (e) {
+      for (let i = undos.length - 1; i >= 0; i--) undos[i]()
+      throw e
+    }
   }
 
   /**
@@ -159,6 +236,7 @@ export class SessionLog {
         return r
       })
       this.row = row
+      this.onRow?.(row)
       return row
     })
   }

@@ -56,8 +56,10 @@ export class Publisher {
    * A live notification. `wire` is what subscribers receive (defaults to the payload); plugins get
    * the payload plus `agent`.
    */
-  live(s: SessionRef, name: string, payload: Record<string, unknown>, agent?: unknown, wire: unknown = payload): void {
+  live(s: SessionRef, name: string, payload: Record<string, unknown>, agent?: unknown | ((plugin: string) => unknown), wire: unknown = payload): void {
     if (WIRE_NOTIFICATIONS.has(name)) this.bus.publishLive(s.key, { event: name, data: wire })
-    if (hasListeners(this.root, name)) emitContained(this.root, name, [{ ...payload, agent }], (err, plugin) => this.log.warn({ err, plugin, sessionId: s.id, notification: name }, 'notification listener failed'))
+    // each listener gets the handle of its own plugin (its deliveries default to its source)
+    const args = typeof agent === 'function' ? (plugin: string) => [{ ...payload, agent: (agent as (p: string) => unknown)(plugin) }] : [{ ...payload, agent }]
+    if (hasListeners(this.root, name)) emitContained(this.root, name, args, (err, plugin) => this.log.warn({ err, plugin, sessionId: s.id, notification: name }, 'notification listener failed'))
   }
 }

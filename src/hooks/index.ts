@@ -92,13 +92,13 @@ export function pluginName(ctx: Context): string {
  * A contained emit (SPEC §3.7): every cordis listener of `name` gets the arguments; a throwing
  * listener is reported and ignored.
  */
-export function emitContained(root: Context, name: string, args: unknown[], onError?: (err: unknown, plugin: string) => void): void {
+export function emitContained(root: Context, name: string, args: unknown[] | ((plugin: string) => unknown[]), onError?: (err: unknown, plugin: string) => void): void {
   const lifecycle = root.lifecycle as unknown as { _hooks: Record<string, Array<{ ctx: Context; callback: (...a: unknown[]) => unknown }>> }
   const hooks = lifecycle._hooks[name]
   if (!hooks?.length) return
   for (const h of [...hooks]) {
     try {
-      const r = h.callback.apply(root, args)
+      const r = h.callback.apply(root, typeof args === 'function' ? args(pluginName(h.ctx)) : args)
       if (r && typeof (r as Promise<unknown>).then === 'function') (r as Promise<unknown>).catch((e) => onError?.(e, pluginName(h.ctx)))
     } catch (e) {
       onError?.(e, pluginName(h.ctx))

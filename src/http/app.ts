@@ -190,8 +190,11 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
   }
 
   registerOpsRoutes(app, deps, routes)
-  registerAdminRoutes(app, deps)
-  registerSessionRoutes(app, deps, loadSession)
-  registerStreamRoutes(app, deps, loadSession)
+  // a worker process (AGENTD_ROLE=worker) drives sessions and answers only the operations routes
+  if (deps.config.role !== 'worker') {
+    registerAdminRoutes(app, deps)
+    registerSessionRoutes(app, deps, loadSession)
+    registerStreamRoutes(app, deps, loadSession)
+  }
   return app
 }

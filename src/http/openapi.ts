@@ -21,7 +21,7 @@ const SESSION_ROUTE = /^\/v1\/sessions\/:id/
 export function openapiDocument(routes: RouteDoc[], version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {}
   for (const r of routes) {
-    if (r.url === '*' || r.url.startsWith('/openapi')) continue
+    if (r.url === '*') continue
     const path = r.url.replace(/:([A-Za-z_]+)/g, '{$1}')
     const params = [...r.url.matchAll(/:([A-Za-z_]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }))
     const s = r.schema ?? {}

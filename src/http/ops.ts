@@ -8,6 +8,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { ApiError } from '../errors.js'
 import { tenants } from '../store/index.js'
 import { bearer, type HttpDeps } from './app.js'
+import { emptyBodyIsObject } from './routes.js'
 import { openapiDocument, type RouteDoc } from './openapi.js'
 import * as S from './schemas.js'
 
@@ -25,7 +26,7 @@ const STATIC_TYPES: Record<string, string> = { '.html': 'text/html; charset=utf-
 
 export function registerOpsRoutes(app: FastifyInstance, deps: HttpDeps, routes: RouteDoc[]): void {
   app.get('/healthz', { schema: { summary: 'Liveness' } }, async () => ({ ok: true }))
-  app.get('/readyz', { schema: { summary: 'Readiness: the database answers and migrations are current' } }, async (_req, reply) => {
+  app.get('/readyz', { schema: { summary: 'Readiness: the database answers and migrations are current', response: { 200: { type: 'object', properties: { ok: { type: 'boolean' } } }, 503: S.ErrorBody } } }, async (_req, reply) => {
     let ok = false
     try {
       ok = await deps.ready()
@@ -48,7 +49,7 @@ export function registerOpsRoutes(app: FastifyInstance, deps: HttpDeps, routes: 
     return reply.type(STATIC_TYPES[path.extname(full)] ?? 'application/octet-stream').header('cache-control', 'no-cache').send(fs.readFileSync(full))
   }
   app.get('/', { schema: { summary: 'The web console' } }, async (_req, reply) => serve('index.html', reply))
-  app.get('/console/*', { schema: { summary: 'Console assets' } }, async (req, reply) => serve((req.params as { '*': string })['*'], reply))
+  app.get('/console/:file', { schema: { summary: 'Console assets' } }, async (req, reply) => serve((req.params as { file: string }).file, reply))
 }
 
 /** Constant-time comparison of the admin token. */
@@ -73,7 +74,7 @@ export function registerAdminRoutes(app: FastifyInstance, deps: HttpDeps): void 
     const r = await tenants.createTenant(deps.db, name)
     return reply.code(201).send({ tenant: r.tenant, apiKey: r.apiKey })
   })
-  app.post('/v1/admin/tenants/:tenantId/keys', { ...adminOnly, schema: { summary: 'Add an API key to a tenant', body: S.EmptyBody, response: { 201: S.KeyAnswer, ...err } } }, async (req, reply) => {
+  app.post('/v1/admin/tenants/:tenantId/keys', { ...adminOnly, preValidation: emptyBodyIsObject, schema: { summary: 'Add an API key to a tenant', body: S.EmptyBody, response: { 201: S.KeyAnswer, ...err } } }, async (req, reply) => {
     const { tenantId } = req.params as { tenantId: string }
     if (!/^[0-9a-f-]{36}$/.test(tenantId) || !(await tenants.tenantExists(deps.db, tenantId))) throw new ApiError('not-found', `tenant ${tenantId} not found`)
     const k = await tenants.createKey(deps.db, tenantId)

@@ -12,6 +12,11 @@ import * as S from './schemas.js'
 
 type Load = (req: FastifyRequest) => Promise<void>
 
+/** API.md §10: a route whose body fields are all optional also accepts no body at all. */
+export async function emptyBodyIsObject(req: FastifyRequest): Promise<void> {
+  if (req.body === undefined || req.body === null) req.body = {}
+}
+
 const err = { 400: S.ErrorBody, 401: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 const json = (o: unknown) => JSON.stringify(o)
 
@@ -31,14 +36,12 @@ export function registerSessionRoutes(app: FastifyInstance, deps: HttpDeps, load
   const optionalBody = {
     preValidation: [
       loadSession,
-      async (req: FastifyRequest) => {
-        if (req.body === undefined || req.body === null) req.body = {}
-      },
+      emptyBodyIsObject,
     ],
   }
   const sess = (req: FastifyRequest): SessionRow => req.session!
 
-  app.post('/v1/sessions', { schema: { summary: 'Create a session', body: S.CreateSessionBody, response: { 200: S.SessionObject, 201: S.SessionObject, 422: S.ErrorBody, ...err } } }, async (req, reply) => {
+  app.post('/v1/sessions', { preValidation: emptyBodyIsObject, schema: { summary: 'Create a session', body: S.CreateSessionBody, response: { 200: S.SessionObject, 201: S.SessionObject, 422: S.ErrorBody, ...err } } }, async (req, reply) => {
     const { row, created } = await deps.sessions.create(req.principal!.tenantId, (req.body ?? {}) as never)
     return reply.code(created ? 201 : 200).type('application/json').send(json(sessionObject(row)))
   })

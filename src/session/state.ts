@@ -3,7 +3,7 @@
 // the state exactly as before (SPEC §3.1.4). Nothing here does I/O.
 
 import { applySplice, emptyInbox, InboxError, unapplySplice } from './inbox.js'
-import { assertLosslessJson } from './json.js'
+import { assertLosslessJson, deepFreeze } from './json.js'
 import { checkSurfaceEvent, project, SurfaceError, type SurfaceNode } from './surface.js'
 import type { ContentBlock, EpochHeader, Inbox, Message, SessionEvent, SplicedData, TokenUsage, ToolCallBlock, UserMessage } from './types.js'
 
@@ -94,6 +94,7 @@ export class SessionState {
     if (e.seq !== this.nextSeq) throw new LogError(`event seq ${e.seq} does not follow ${this.headSeq}`)
     if (typeof e.time !== 'number' || e.time < this.lastTime) throw new LogError(`event time ${e.time} decreases (previous ${this.lastTime})`)
     assertLosslessJson(e.data, 'data')
+    deepFreeze(e.data) // messages are deep-frozen (SPEC §3.3); so are stored events (§3.1.5)
     const range = checkSurfaceEvent(this.nodes, e)
     const undos: Undo[] = []
     const set = <K extends keyof this>(key: K, value: this[K]) => {

@@ -3,7 +3,7 @@
 
 import type { Draft, SessionEvent } from '../session/index.js'
 import type { Queryable } from './db.js'
-import { updateRow, type RowPatch } from './sessions.js'
+import { rowSets, updateRow, type RowPatch, type RunState } from './sessions.js'
 
 /** What an append needs of the locked row; writeEvents moves it forward. */
 export interface LogPosition {
@@ -61,6 +61,45 @@ export async function writeEvents(tx: Queryable, row: LogPosition, events: reado
     row.updatedAt = last.time
   } else await updateRow(tx, row.key, null, patch)
   return out
+}
+
+/**
+ * The driver's append in ONE statement, without a transaction of its own: the row moves only if it
+ * is still at `expect.nextSeq` under the caller's lease (nobody else appended, the lease holds), and
+ * the events are inserted only if it moved. Returns the row flags, or null when the condition failed
+ * (the caller then takes the locked path: lock, catch up, rebuild).
+ */
+export async function appendFenced(
+  db: Queryable,
+  key: string,
+  expect: { nextSeq: number; owner: string; token: number },
+  events: readonly SessionEvent[],
+  patch: RowPatch = {},
+): Promise<{ events: StoredEvent[]; runState: RunState; cancelPending: boolean; wakeLatched: boolean } | null> {
+  const out = events.map((e) => stored(e))
+  if (!out.length || out[0].seq !== expect.nextSeq) throw new Error('appendFenced needs events that continue the expected seq')
+  const last = out[out.length - 1]
+  const params: unknown[] = [key, expect.nextSeq, expect.owner, expect.token]
+  const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, patch, params)
+  params.push(out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), out.map((e) => e.json))
+  const n = params.length
+  const { rows } = await db.query<{ run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number }>(
+    `WITH moved AS (
+       UPDATE sessions SET ${sets.join(', ')} WHERE key = $1 AND next_seq = $2 AND lease_owner = $3 AND lease_token = $4
+       RETURNING run_state, cancel_pending, wake_latched
+     ), ins AS (
+       INSERT INTO session_events (session_key, seq, time, type, body)
+       SELECT $1, e.seq, e.time, e.type, e.body FROM unnest($${n - 3}::int[], $${n - 2}::bigint[], $${n - 1}::text[], $${n}::text[]) AS e(seq, time, type, body)
+       WHERE EXISTS (SELECT 1 FROM moved)
+       RETURNING 1
+     )
+     SELECT m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM ins) AS n FROM moved m`,
+    params,
+  )
+  const r = rows[0]
+  if (!r) return null
+  if (r.n !== out.length) throw new Error(`appendFenced inserted ${r.n} of ${out.length} events`)
+  return { events: out, runState: r.run_state, cancelPending: r.cancel_pending, wakeLatched: r.wake_latched }
 }
 
 /** Raw wire texts of events with seq in (after, upTo], ascending, at most limit. */

@@ -222,9 +222,9 @@ export interface RowPatch {
 }
 
 /** Moves the row after an append (or alone, with no events). */
-export async function updateRow(db: Queryable, key: string, log: { nextSeq: number; lastTime: number } | null, p: RowPatch): Promise<void> {
+/** The SET list of a row move: next_seq, last_time and the patch; params start after `offset`. */
+export function rowSets(log: { nextSeq: number; lastTime: number } | null, p: RowPatch, params: unknown[]): string[] {
   const sets: string[] = []
-  const params: unknown[] = [key]
   const add = (sql: string, v: unknown) => {
     params.push(v)
     sets.push(sql.replace('?', `$${params.length}`))
@@ -246,5 +246,12 @@ export async function updateRow(db: Queryable, key: string, log: { nextSeq: numb
     add('cache_write_tokens = cache_write_tokens + ?', p.usage.cacheWriteTokens)
     add('cost_usd = cost_usd + ?', p.usage.costUsd)
   }
+  return sets
+}
+
+/** Moves the row after an append (or alone, with no events). */
+export async function updateRow(db: Queryable, key: string, log: { nextSeq: number; lastTime: number } | null, p: RowPatch): Promise<void> {
+  const params: unknown[] = [key]
+  const sets = rowSets(log, p, params)
   if (sets.length) await db.query(`UPDATE sessions SET ${sets.join(', ')} WHERE key = $1`, params)
 }

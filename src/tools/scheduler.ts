@@ -119,6 +119,8 @@ export async function runToolBatch<O>(calls: ToolCallPlan[], host: ToolHost<O>):
       if (!host.isParallel(calls[i])) break // becomes the next barrier once the pool drains
       await slotFree()
       if (failure || host.signal.aborted) break
+      // reclassified right before it starts: an earlier result may have changed the registry
+      if (!host.isParallel(calls[i])) break
       start(calls[i++])
     }
     await commitChain

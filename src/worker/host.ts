@@ -136,8 +136,9 @@ export class WorkerHost {
       void this.drop(key, { release: true })
     }
     agent.listen((l) => this.o.bus.subscribe(key, l))
-    this.o.publisher.live({ key, id: r.id }, 'agent/created', {}, agent.handle())
-    this.o.publisher.live({ key, id: r.id }, 'agent/session-start', { source: attached.source }, agent.handle())
+    const handleFor = (plugin: string) => agent.handle(plugin || 'agentd')
+    this.o.publisher.live({ key, id: r.id }, 'agent/created', {}, handleFor)
+    this.o.publisher.live({ key, id: r.id }, 'agent/session-start', { source: attached.source }, handleFor)
     log.debug({ sessionId: r.id, lease: attached.lease.token, repaired: attached.repaired }, 'session attached')
     // SPEC §18.5: a run state other than idle is an unspent wake
     if (r.runState !== 'idle') void agent.wakeDurable()
