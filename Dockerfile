@@ -1,0 +1,37 @@
+# syntax=docker/dockerfile:1
+# agentd: build with the dev toolchain, run on production dependencies only, as a non-root user.
+#   docker build -t agentd .
+#   docker run -p 8080:8080 -v agentd-data:/data agentd          (embedded database in /data)
+#   docker run -p 8080:8080 -e DATABASE_URL=postgres://… agentd   (PostgreSQL)
+
+# ---- build: TypeScript → dist/ ----
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY . .
+# web/ and openapi/ may be empty in a checkout (git keeps no empty folders); the runtime stage copies both
+RUN mkdir -p web openapi && npm run build
+
+# ---- runtime ----
+FROM node:20-bookworm-slim AS runtime
+ENV NODE_ENV=production \
+    HOST=0.0.0.0 \
+    PORT=8080 \
+    AGENTD_DATA_DIR=/data
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+# the server finds migrations/ and web/ at ../../ from dist/store and dist/http, i.e. /app/migrations, /app/web
+COPY --from=build /app/dist ./dist
+COPY --from=build /app/migrations ./migrations
+COPY --from=build /app/web ./web
+COPY --from=build /app/openapi ./openapi
+# the image's built-in unprivileged user "node" (uid 1000) owns the data volume
+RUN mkdir -p /data && chown node:node /data
+VOLUME /data
+USER node
+EXPOSE 8080
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8080)+'/healthz').then(r=>process.exit(r.ok?0:1)).catch(()=>process.exit(1))"]
+CMD ["node", "dist/main.js"]

@@ -1,0 +1,136 @@
+// The committed openapi/openapi.json is what the server serves at GET /openapi.json (API.md §8), it is
+// OpenAPI 3.1, and it documents every route of API.md §3–§8.
+
+import fs from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { startTestApp, type TestApp } from '../helpers/app.js'
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+const FILE = path.join(ROOT, 'openapi/openapi.json')
+const STALE = 'openapi/openapi.json is stale or missing: run `npm run openapi` and commit the result'
+
+/** API.md §3–§8, as OpenAPI paths: [method, path, security scheme or null for none] */
+const ROUTES: Array<[string, string, 'apiKey' | 'adminToken' | null]> = [
+  // §3 admin
+  ['post', '/v1/admin/tenants', 'adminToken'],
+  ['post', '/v1/admin/tenants/{tenantId}/keys', 'adminToken'],
+  ['delete', '/v1/admin/keys/{keyId}', 'adminToken'],
+  // §4 sessions
+  ['post', '/v1/sessions', 'apiKey'],
+  ['get', '/v1/sessions', 'apiKey'],
+  ['get', '/v1/sessions/{id}', 'apiKey'],
+  ['patch', '/v1/sessions/{id}', 'apiKey'],
+  ['delete', '/v1/sessions/{id}', 'apiKey'],
+  ['post', '/v1/sessions/{id}/fork', 'apiKey'],
+  ['post', '/v1/sessions/{id}/compact', 'apiKey'],
+  // §5 inbox
+  ['post', '/v1/sessions/{id}/followup', 'apiKey'],
+  ['post', '/v1/sessions/{id}/steer', 'apiKey'],
+  ['post', '/v1/sessions/{id}/inject', 'apiKey'],
+  ['get', '/v1/sessions/{id}/inbox', 'apiKey'],
+  ['delete', '/v1/sessions/{id}/inbox/{messageId}', 'apiKey'],
+  ['post', '/v1/sessions/{id}/cancel', 'apiKey'],
+  // §6 reading
+  ['get', '/v1/sessions/{id}/events', 'apiKey'],
+  ['get', '/v1/sessions/{id}/messages', 'apiKey'],
+  ['get', '/v1/sessions/{id}/stream', 'apiKey'],
+  ['get', '/v1/sessions/{id}/ws', 'apiKey'],
+  // §7 waiting tools
+  ['get', '/v1/sessions/{id}/pending', 'apiKey'],
+  ['post', '/v1/sessions/{id}/tool-results', 'apiKey'],
+  ['post', '/v1/sessions/{id}/approvals/{callId}', 'apiKey'],
+  // §8 operations
+  ['get', '/healthz', null],
+  ['get', '/readyz', null],
+  ['get', '/metrics', null],
+  ['get', '/', null],
+]
+
+interface Operation {
+  summary?: string
+  parameters?: Array<{ name: string; in: string; required?: boolean }>
+  requestBody?: { content: Record<string, { schema: unknown }> }
+  responses: Record<string, { description: string; content?: Record<string, { schema: unknown }> }>
+  security?: Array<Record<string, unknown>>
+}
+type Doc = { openapi: string; info: { title: string; version: string }; paths: Record<string, Record<string, Operation>>; components?: { securitySchemes?: Record<string, unknown> } }
+
+describe('openapi/openapi.json', () => {
+  let t: TestApp
+  let served: Doc
+  let committed: string | undefined
+  beforeAll(async () => {
+    t = await startTestApp({ kind: 'pglite' })
+    const res = await fetch(`${t.url}/openapi.json`)
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/)
+    served = (await res.json()) as Doc
+    committed = fs.existsSync(FILE) ? fs.readFileSync(FILE, 'utf8') : undefined
+  })
+  afterAll(async () => {
+    await t?.close()
+  })
+
+  it('is exactly what the server serves at GET /openapi.json (regenerate with `npm run openapi`)', () => {
+    expect(committed, STALE).toBeDefined()
+    expect(JSON.parse(committed!), STALE).toEqual(served)
+    // the generator's format too, so a hand edit that keeps the meaning still shows up as a diff
+    expect(committed, STALE).toBe(`${JSON.stringify(served, null, 2)}\n`)
+  })
+
+  it('is OpenAPI 3.1 with both bearer schemes', () => {
+    expect(served.openapi).toMatch(/^3\.1\.\d+$/)
+    expect(served.info.title).toBe('agentd')
+    expect(served.info.version).toBe(JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')).version)
+    expect(served.components?.securitySchemes).toMatchObject({
+      apiKey: { type: 'http', scheme: 'bearer' },
+      adminToken: { type: 'http', scheme: 'bearer' },
+    })
+  })
+
+  it('documents every route of API.md §3–§8 with its path parameters and security', () => {
+    const missing = ROUTES.filter(([m, p]) => !served.paths[p]?.[m]).map(([m, p]) => `${m.toUpperCase()} ${p}`)
+    expect(missing, `routes of API.md missing from the document: ${missing.join(', ')}`).toEqual([])
+    for (const [method, p, scheme] of ROUTES) {
+      const op = served.paths[p][method]
+      const where = `${method.toUpperCase()} ${p}`
+      expect(op.summary, where).toBeTruthy()
+      expect(Object.keys(op.responses).length, where).toBeGreaterThan(0)
+      const templated = [...p.matchAll(/\{(\w+)\}/g)].map((x) => x[1])
+      const pathParams = (op.parameters ?? []).filter((x) => x.in === 'path')
+      expect(pathParams.map((x) => x.name).sort(), where).toEqual([...templated].sort())
+      for (const pp of pathParams) expect(pp.required, `${where} path parameter ${pp.name}`).toBe(true)
+      expect(op.security, where).toEqual(scheme ? [{ [scheme]: [] }] : [])
+    }
+  })
+
+  it('describes the bodies and answers clients rely on', () => {
+    const op = (m: string, p: string) => served.paths[p][m]
+    // bodies: JSON schemas from the route definitions
+    for (const [m, p] of [
+      ['post', '/v1/sessions'],
+      ['patch', '/v1/sessions/{id}'],
+      ['post', '/v1/sessions/{id}/followup'],
+      ['post', '/v1/sessions/{id}/steer'],
+      ['post', '/v1/sessions/{id}/inject'],
+      ['post', '/v1/sessions/{id}/tool-results'],
+      ['post', '/v1/sessions/{id}/approvals/{callId}'],
+      ['post', '/v1/admin/tenants'],
+    ]) {
+      expect(op(m, p).requestBody?.content['application/json']?.schema, `${m} ${p} request body`).toBeTruthy()
+    }
+    // answers
+    expect(Object.keys(op('post', '/v1/sessions').responses)).toContain('201')
+    expect(Object.keys(op('post', '/v1/sessions/{id}/followup').responses)).toContain('202')
+    expect(Object.keys(op('delete', '/v1/sessions/{id}').responses)).toContain('204')
+    expect(Object.keys(op('post', '/v1/admin/tenants').responses)).toContain('201')
+    expect(op('get', '/v1/sessions/{id}/stream').responses['200']?.content).toHaveProperty('text/event-stream')
+    expect(op('get', '/v1/sessions/{id}/ws').responses).toHaveProperty('101')
+    // query parameters of the list and read routes
+    const query = (m: string, p: string) => (op(m, p).parameters ?? []).filter((x) => x.in === 'query').map((x) => x.name)
+    expect(query('get', '/v1/sessions')).toEqual(expect.arrayContaining(['limit', 'cursor']))
+    expect(query('get', '/v1/sessions/{id}/events')).toEqual(expect.arrayContaining(['after', 'limit']))
+  })
+})
