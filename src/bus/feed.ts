@@ -171,13 +171,24 @@ export class Subscriber {
       this.again = true
       return
     }
+    // the common case, synchronously: the feed's tail covers what this subscriber lacks
+    for (;;) {
+      if (!this.sink.writable()) return // resumed by drained()
+      const evs = this.feed.from(this.lastSent)
+      if (evs === null) break
+      if (!evs.length) return
+      for (const e of evs) {
+        this.send(e)
+        if (!this.sink.writable()) return
+      }
+    }
     this.pumping = true
     void (async () => {
       try {
         do {
           this.again = false
           for (;;) {
-            if (!this.sink.writable()) return // resumed by drained()
+            if (!this.sink.writable()) return
             const evs = this.feed.from(this.lastSent)
             if (evs === null) {
               const rows = await readEventTexts(this.db, this.feed.key, this.lastSent, PAGE)
