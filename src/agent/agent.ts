@@ -348,8 +348,10 @@ export class Agent {
   }
 
   private async clearInbox(): Promise<void> {
-    const removed: UserMessage[] = []
+    let removed: UserMessage[] = []
+    // a build may run twice (fast path, then locked path): it must not keep side effects
     await this.log.commit((u) => {
+      removed = []
       for (const target of ['next-step', 'next-turn'] as const) {
         const list = target === 'next-turn' ? this.state.inbox.nextTurn : this.state.inbox.nextStep
         if (!list.length) continue
@@ -729,6 +731,8 @@ export class Agent {
     // A3: synchronous admission, ONE transaction (SPEC §2.4, §8.1)
     const used = prepared?.config ?? config
     await this.log.commit((u) => this.admit(u, turn, step, p, attempt, used, prepared))
+    // instance state moves only once the unit committed (a build may run twice)
+    this.headerLogged = true
     this.capturedGeneration = this.state.replaceGeneration
     this.checkAborted()
     // the frozen request, derived from the log (SPEC §8.9)
@@ -752,7 +756,6 @@ export class Agent {
     if (!this.headerLogged) u.add({ type: 'request/header', data: { header, reason: latest ? 'resume' : 'initial' } as unknown as Json })
     else if (!jsonEqual(header, latest)) u.add({ type: 'request/header', data: { header, reason: 'change', ...(seriesBreak ? { startsSeries: true } : {}) } as unknown as Json })
     else if (seriesBreak) u.add({ type: 'request/header', data: { header, reason: 'series' } as unknown as Json })
-    this.headerLogged = true
     const ctx: Record<string, Json> = { provider: config.provider, model: config.model }
     if (prepared?.context.contextWindow !== undefined) ctx.contextWindow = prepared.context.contextWindow
     if (prepared?.systemPromptUpdate) ctx.systemPromptUpdate = prepared.systemPromptUpdate

@@ -30,7 +30,8 @@ class SessionFeed {
   readonly tail: FeedEvent[] = []
   head = -1
   private fetching: Promise<void> | null = null
-  private wantUpTo = -1
+  /** doorbells rung so far (a read that overlapped one must be repeated) */
+  private rings = 0
   readonly subscribers = new Set<Subscriber>()
   private unsubscribe: () => void
 
@@ -73,24 +74,30 @@ class SessionFeed {
     return this.tail.slice(after + 1 - first)
   }
 
-  /** One read of the rows up to seq that this process has not seen, shared by every subscriber. */
+  /**
+   * One read of the rows this process has not seen, shared by every subscriber. A doorbell that rings
+   * while a read is in flight makes the loop read again: that read may have missed its row.
+   */
   fetchUpTo(seq: number): void {
-    this.wantUpTo = Math.max(this.wantUpTo, seq)
+    this.rings++
+    if (seq <= this.head && !this.fetching) return
     if (this.fetching) return
     this.fetching = (async () => {
       try {
-        while (this.wantUpTo > this.head) {
+        for (;;) {
+          const seen = this.rings
           const rows = await readEventTexts(this.feeds.db, this.key, this.head, PAGE)
-          if (!rows.length) break
-          this.add(rows.map((r) => ({ seq: r.seq, json: r.body })))
-          this.pumpAll()
-          if (rows.length < PAGE) break
+          if (rows.length) {
+            this.add(rows.map((r) => ({ seq: r.seq, json: r.body })))
+            this.pumpAll()
+          }
+          if (rows.length === PAGE) continue
+          if (this.rings === seen) break
         }
       } catch {
         // subscribers notice through their own reads
       } finally {
         this.fetching = null
-        this.wantUpTo = Math.min(this.wantUpTo, this.head)
         this.pumpAll()
       }
     })()

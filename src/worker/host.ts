@@ -146,12 +146,18 @@ export class WorkerHost {
   }
 
   /** Extends every held lease; any we no longer hold stops its Agent at once. */
+  private renewing = false
+
   private async renew(): Promise<void> {
-    if (!this.held.size) return
+    if (!this.held.size || this.renewing) return
+    this.renewing = true
     const keys = [...this.held.keys()]
     try {
+      // rows locked in key order, one renewal at a time: no lock cycle with other renewals or appends
       const { rows } = await this.o.db.query<{ key: string; lease_token: number }>(
-        `UPDATE sessions SET lease_expires_at = ${NOW_MS} + $3 WHERE key = ANY($1::uuid[]) AND lease_owner = $2 RETURNING key, lease_token`,
+        `UPDATE sessions s SET lease_expires_at = ${NOW_MS} + $3
+         FROM (SELECT key FROM sessions WHERE key = ANY($1::uuid[]) AND lease_owner = $2 ORDER BY key FOR UPDATE) k
+         WHERE s.key = k.key RETURNING s.key, s.lease_token`,
         [keys, this.owner, this.o.leaseTtlMs],
       )
       const still = new Map(rows.map((r) => [r.key, Number(r.lease_token)]))
@@ -168,6 +174,8 @@ export class WorkerHost {
       }
     } catch (e) {
       this.o.log.warn({ err: errorChain(e) }, 'lease renewal failed')
+    } finally {
+      this.renewing = false
     }
   }
 
