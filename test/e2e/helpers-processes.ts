@@ -390,6 +390,8 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     children.add(child)
     let out = ''
     const keep = (b: Buffer) => {
+      // AGENTD_TEST_PROCESS_LOGS=dir keeps each process's output in a file, for diagnosis
+      if (process.env.AGENTD_TEST_PROCESS_LOGS) fs.appendFileSync(path.join(process.env.AGENTD_TEST_PROCESS_LOGS, `p${i}.log`), b)
       out += b.toString()
       if (out.length > 200_000) out = out.slice(-100_000)
     }

@@ -340,11 +340,22 @@ describe('agentd processes on one PostgreSQL', () => {
     await until('turn 2 on the watcher', () => durable(watcher.frames).some((f) => f.json.type === 'turn/end' && f.json.data.turn === 2))
     expect(durable(watcher.frames).map((f) => f.json)).toEqual(log2)
   })
+})
+
+// A cluster of its own: nobody is killed here, and a TTL that survives a loaded 2-core machine keeps a
+// slow renewal from turning into a takeover (which would be correct, but is not what this test asks).
+describe('three processes under load', () => {
+  let c: Cluster
+  beforeAll(async () => {
+    c = await startCluster({ processes: 3, env: { AGENTD_LEASE_TTL_MS: '15000', AGENTD_IDLE_RELEASE_MS: '300' } })
+  }, 90000)
+  afterAll(async () => {
+    await c?.close()
+  }, 60000)
 
   it('no session ever has two turns open: 20 sessions x 10 followups round-robin over 3 processes', async () => {
     const SESSIONS = 20
     const TURNS = 10
-    await c.start(2) // a third process
     const sessions = await Promise.all(Array.from({ length: SESSIONS }, (_, i) => c.createSession(i % 3)))
     for (const s of sessions) c.llm.fallback(s.marker, { chunks: ['ok'] })
     const prompts = sessions.map((s, i) => Array.from({ length: TURNS }, (_, j) => `s${i}-p${j}`))

@@ -1,0 +1,344 @@
+// The web console (API.md §8 `GET /`) in a real browser: Debian's Chromium driven by playwright-core
+// against an in-process server on PGlite with the scripted model. The console is driven only through
+// its UI; what it sent is checked against the durable log.
+
+import fs from 'node:fs'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { chromium, type Browser, type Page } from 'playwright-core'
+import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest'
+import { startTestApp, type TestApp } from '../helpers/app.js'
+import { expectValidLog } from '../helpers/invariants.js'
+import { gate } from '../helpers/scripted.js'
+
+const CHROMIUM = '/usr/bin/chromium'
+const SCREENSHOT = '/tmp/agentd-console.png'
+const WAIT = { timeout: 20000, interval: 50 }
+
+/** a builtin tool that needs approval */
+const addPlugin = (root: any) =>
+  root.plugin({
+    name: 'console-test-tools',
+    apply(ctx: any) {
+      ctx.tools.register({
+        name: 'add',
+        description: 'Adds two numbers',
+        parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] },
+        async execute(args: { a: number; b: number }) {
+          return { content: String(args.a + args.b) }
+        },
+      })
+    },
+  })
+
+describe('web console in Chromium', () => {
+  let t: TestApp
+  let browser: Browser
+  const pageErrors: string[] = []
+
+  beforeAll(async () => {
+    if (!fs.existsSync(CHROMIUM)) {
+      throw new Error(`${CHROMIUM} is missing: install Debian's chromium package (apt-get install chromium). This test never downloads a browser.`)
+    }
+    t = await startTestApp({ kind: 'pglite', plugins: [(root) => addPlugin(root)] })
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run'] })
+  })
+  afterAll(async () => {
+    await browser?.close()
+    await t?.close()
+  })
+
+  const newPage = async (): Promise<Page> => {
+    const ctx = await browser.newContext({ viewport: { width: 1280, height: 860 } })
+    const page = await ctx.newPage()
+    page.on('pageerror', (e) => pageErrors.push(String(e)))
+    return page
+  }
+
+  /** on failure, prints what the page shows and what the log holds */
+  const explainOnFailure = (page: Page, sessionId: () => string | undefined) =>
+    onTestFailed(async () => {
+      const id = sessionId()
+      const shown = await page.innerText('body').catch((e) => `(page unavailable: ${e})`)
+      const log = id ? await t.events(id).catch((e) => `(log unavailable: ${e})`) : '(no session)'
+      console.error(`--- the page ---\n${shown}\n--- the log of ${id} ---\n${typeof log === 'string' ? log : log.map((e) => `${e.seq} ${e.type} ${JSON.stringify(e.data).slice(0, 160)}`).join('\n')}\n--- page errors ---\n${pageErrors.join('\n')}`)
+    })
+
+  /** opens the console and saves the key through the key field */
+  const openConsole = async (page: Page, base = t.url) => {
+    const res = await page.goto(`${base}/`)
+    expect(res?.status()).toBe(200)
+    expect(res?.headers()['content-type']).toMatch(/^text\/html/)
+    await page.fill('#api-key', t.key)
+    await page.click('#save-key')
+    await expect.poll(() => page.textContent('#key-status'), WAIT).toBe('saved')
+  }
+
+  const texts = (page: Page, sel: string) => page.$$eval(sel, (els) => els.map((e) => (e as any).innerText.trim()))
+  const badge = (page: Page) => page.textContent('#status-badge')
+  /** every transcript item appears once: no seq is rendered twice */
+  const expectUniqueSeqs = async (page: Page) => {
+    const seqs = await page.$$eval('#transcript .item', (els) => els.map((e) => (e as any).dataset.seq))
+    expect(seqs.length).toBeGreaterThan(0)
+    expect(new Set(seqs).size).toBe(seqs.length)
+  }
+  /** the seqs of the transcript's items, in order (each durable event is one item, except a tool/result, which fills its call's card) */
+  const itemSeqs = (page: Page) => page.$$eval('#transcript .item', (els) => els.map((e) => Number((e as any).dataset.seq)))
+  const assistantTexts = (page: Page) => texts(page, '#transcript .msg.assistant .bubble')
+  const userTexts = (page: Page) => texts(page, '#transcript .msg.user .bubble')
+
+  it('create a session, Enter sends a followup, the reply streams in then settles once, a reload rebuilds the transcript, Cancel ends a hung turn aborted', async () => {
+    const page = await newPage()
+    let id: string | undefined
+    explainOnFailure(page, () => id)
+    await openConsole(page)
+    await expect.poll(() => page.isVisible('#sessions-empty'), WAIT).toBe(true)
+
+    // an API error is shown inline
+    await page.fill('#new-model', 'nope/missing-model')
+    await page.click('#create-session')
+    await expect.poll(() => page.textContent('#new-error'), WAIT).toContain('model-unavailable')
+
+    // create through the form
+    await page.fill('#new-model', t.models.ref())
+    await page.fill('#new-system', 'You are the console test agent.')
+    await page.click('#create-session')
+    await expect.poll(() => new URL(page.url()).hash, WAIT).toMatch(/^#session=/)
+    expect(await page.isHidden('#new-error')).toBe(true)
+    id = decodeURIComponent(new URL(page.url()).hash.slice('#session='.length))
+    expect(await page.textContent('#session-id')).toBe(id)
+    const created = await t.api('GET', `/v1/sessions/${encodeURIComponent(id)}`)
+    expect(created.status).toBe(200)
+    expect(created.body.model).toBe(t.models.ref())
+    await expect.poll(() => page.$$eval('#session-list .session-item', (els) => els.map((e) => (e as any).dataset.id)), WAIT).toEqual([id])
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    expect(await badge(page)).toBe('idle')
+
+    // a reply that holds after two deltas, so the transient bubble can be seen before it settles
+    const g = gate()
+    t.models.script(id, { text: ['Hello', ' from', ' the', ' model.'], holdAfter: 2, gate: g.promise, usage: { input: 12, output: 4 } })
+    const prompt = 'What is <b>up</b> & <img src=x onerror="window.__pwned=1">?\nSecond line.'
+    const input = page.locator('#composer-input')
+    await input.click()
+    await input.type('What is <b>up</b> & <img src=x onerror="window.__pwned=1">?')
+    await input.press('Shift+Enter') // a newline, not a send
+    await input.type('Second line.')
+    expect(await input.inputValue()).toBe(prompt)
+    expect((await t.events(id)).length).toBe(0)
+    await input.press('Enter')
+    await expect.poll(() => input.inputValue(), WAIT).toBe('')
+
+    await expect.poll(() => texts(page, '#transient-slot .transient .bubble'), WAIT).toEqual(['Hello from'])
+    expect(await badge(page)).toBe('running')
+    expect(await assistantTexts(page)).toEqual([])
+    await page.screenshot({ path: SCREENSHOT.replace('.png', '-streaming.png') })
+    g.open()
+    await expect.poll(() => assistantTexts(page), WAIT).toEqual(['Hello from the model.'])
+    await expect.poll(() => page.$$eval('#transient-slot > *', (els) => els.length), WAIT).toBe(0)
+    await expect.poll(() => badge(page), WAIT).toBe('idle')
+    await expect.poll(() => page.textContent('#session-usage'), WAIT).toContain('in 12 · out 4')
+    expect(await userTexts(page)).toEqual([prompt])
+    expect(await page.$$eval('#transcript .msg.user b, #transcript .msg.user img', (els) => els.length)).toBe(0)
+    expect(await page.evaluate(() => (globalThis as any).__pwned)).toBeUndefined()
+    expect(await texts(page, '#transcript .turn-end')).toEqual(['Turn 1 completed'])
+    await expectUniqueSeqs(page)
+
+    // what the console sent: a followup (next-turn) with the exact text, and the system prompt
+    const log = await t.waitIdle(id)
+    expectValidLog(log)
+    const spliced = log.find((e) => e.type === 'agent/inbox/spliced' && (e.data as any).inserted?.length)!
+    expect((spliced.data as any).target).toBe('next-turn')
+    expect(log.filter((e) => e.type === 'user/message').map((e) => (e.data as any).content)).toEqual([[{ type: 'text', text: prompt }]])
+    expect(t.models.requestsOf(id)[0].context.systemPrompt).toContain('You are the console test agent.')
+    await expect.poll(() => page.textContent('#session-head'), WAIT).toBe(String(log.at(-1)!.seq))
+
+    // reload: the same transcript, rebuilt from the log
+    await page.reload()
+    await expect.poll(() => assistantTexts(page), WAIT).toEqual(['Hello from the model.'])
+    expect(await userTexts(page)).toEqual([prompt])
+    expect(await texts(page, '#transcript .turn-end')).toEqual(['Turn 1 completed'])
+    expect(await page.inputValue('#api-key')).toBe(t.key)
+    expect(await page.textContent('#session-id')).toBe(id)
+    await expect.poll(() => badge(page), WAIT).toBe('idle')
+    expect(await itemSeqs(page)).toEqual(log.map((e) => e.seq))
+
+    // a hung reply, cancelled with the button
+    t.models.script(id, { text: ['Let me', ' think'], hang: true })
+    await input.fill('Take your time')
+    await input.press('Enter')
+    await expect.poll(() => texts(page, '#transient-slot .transient .bubble'), WAIT).toEqual(['Let me think'])
+    await expect.poll(() => badge(page), WAIT).toBe('running')
+    await page.click('#btn-cancel')
+    await expect.poll(() => page.$$eval('#transcript .turn-end[data-reason="aborted"]', (els) => els.map((e) => (e as any).innerText.trim())), WAIT).toEqual(['Turn 2 aborted (user)'])
+    await expect.poll(() => badge(page), WAIT).toBe('idle')
+    await expect.poll(() => assistantTexts(page), WAIT).toEqual(['Hello from the model.', 'Let me think'])
+    expect(await texts(page, '#transcript .msg.assistant .tag')).toEqual(['interrupted'])
+    expect(await page.$$eval('#transient-slot > *', (els) => els.length)).toBe(0)
+    expect(await userTexts(page)).toEqual([prompt, 'Take your time'])
+    expect(await page.isHidden('#composer-error')).toBe(true)
+    const log2 = await t.waitIdle(id)
+    expectValidLog(log2)
+    expect(log2.filter((e) => e.type === 'turn/end').map((e) => e.data)).toEqual([
+      { turn: 1, reason: { kind: 'completed' } },
+      { turn: 2, reason: { kind: 'aborted', reason: { kind: 'user' } } },
+    ])
+    await expectUniqueSeqs(page)
+
+    // Inject queues without waking; the inbox panel shows it and removes it
+    await input.fill('a note for later')
+    await page.click('#btn-inject')
+    await expect.poll(() => texts(page, '#inbox .inbox-item .inbox-text'), WAIT).toEqual(['a note for later'])
+    expect((await t.api('GET', `/v1/sessions/${encodeURIComponent(id)}/inbox`)).body.nextStep.map((m: any) => m.content)).toEqual([[{ type: 'text', text: 'a note for later' }]])
+    expect(await badge(page)).toBe('idle')
+    await page.click('#inbox .inbox-item button')
+    await expect.poll(() => texts(page, '#inbox .inbox-item'), WAIT).toEqual([])
+    expect((await t.api('GET', `/v1/sessions/${encodeURIComponent(id)}/inbox`)).body).toEqual({ nextTurn: [], nextStep: [] })
+
+    // Cancel with nothing running is said so inline
+    await page.click('#btn-cancel')
+    await expect.poll(() => page.textContent('#composer-error'), WAIT).toBe('nothing was running')
+
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
+
+  it('pending tool calls: Allow an approval and send a client tool result from the side panel', async () => {
+    const s = await t.createSession({
+      system: 'tools',
+      tools: [
+        { name: 'add', execution: { type: 'builtin' }, approval: 'always' },
+        { name: 'ask_user', description: 'Asks the user', parameters: { type: 'object', properties: { question: { type: 'string' } } }, execution: { type: 'client' } },
+      ],
+    })
+    await t.api('PATCH', `/v1/sessions/${encodeURIComponent(s.id)}`, { title: 'Tool <i>demo</i>' })
+    t.models.script(
+      s.id,
+      { text: ['Let me add that.'], toolCalls: [{ id: 'call_add', name: 'add', arguments: { a: 2, b: 3 } }] },
+      { toolCalls: [{ id: 'call_ask', name: 'ask_user', arguments: { question: 'Favourite colour?' } }] },
+      { reasoning: ['The user said blue.'], text: ['2 + 3 = 5, and your favourite colour is blue.'] },
+    )
+    const page = await newPage()
+    explainOnFailure(page, () => s.id)
+    await openConsole(page)
+    await page.click(`#session-list .session-item[data-id="${s.id}"] button`)
+    await expect.poll(() => page.inputValue('#session-title'), WAIT).toBe('Tool <i>demo</i>')
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    await page.fill('#composer-input', 'Add 2 and 3, then ask me my favourite colour.')
+    await page.click('#btn-followup')
+
+    // the approval
+    const approval = page.locator('#pending .pending-call[data-kind="approval"]')
+    await approval.waitFor(WAIT)
+    expect(await approval.locator('.tool-name').textContent()).toBe('add')
+    await approval.locator('button', { hasText: 'Allow' }).click()
+    // the client call
+    const client = page.locator('#pending .pending-call[data-kind="client"]')
+    await client.waitFor(WAIT)
+    expect(await client.locator('.tool-name').textContent()).toBe('ask_user')
+    expect(await client.locator('pre').textContent()).toContain('Favourite colour?')
+    await client.locator('textarea').fill('blue')
+    await client.locator('button', { hasText: 'Send result' }).click()
+
+    await expect.poll(() => badge(page), WAIT).toBe('idle')
+    await expect.poll(() => assistantTexts(page), WAIT).toEqual(['Let me add that.\n↳ calls add', '↳ calls ask_user', 'Reasoning\n2 + 3 = 5, and your favourite colour is blue.'])
+    await expect.poll(() => texts(page, '#transcript .tool .tool-result'), WAIT).toEqual(['5', 'blue'])
+    await expect.poll(() => page.$$eval('#pending .pending-call', (els) => els.length), WAIT).toBe(0)
+    await expectUniqueSeqs(page)
+
+    const log = await t.waitIdle(s.id)
+    expectValidLog(log)
+    const results = log.filter((e) => e.type === 'tool/result').map((e) => (e.data as any).message.content[0])
+    expect(results.map((r) => [r.toolCallId, r.isError, r.content])).toEqual([
+      ['call_add', false, [{ type: 'text', text: '5' }]],
+      ['call_ask', false, [{ type: 'text', text: 'blue' }]],
+    ])
+
+    // a rich transcript for the eye
+    await page.screenshot({ path: SCREENSHOT })
+    await page.emulateMedia({ colorScheme: 'dark' })
+    await page.waitForTimeout(400) // let the CSS colour transitions finish before the picture
+    await page.screenshot({ path: SCREENSHOT.replace('.png', '-dark.png') })
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
+
+  it('the session list pages with Load more; after a dropped stream the browser resumes with Last-Event-ID and a replayed backlog shows nothing twice', async () => {
+    for (let i = 0; i < 32; i++) await t.createSession({ metadata: { filler: i } })
+    const s = await t.createSession()
+    t.models.script(s.id, { text: ['first answer'] }, { text: ['second answer'] })
+    await t.api('POST', `/v1/sessions/${encodeURIComponent(s.id)}/followup`, { content: 'first question' })
+    const log = await t.waitIdle(s.id)
+    const head = log.at(-1)!.seq
+    const all = await t.api('GET', '/v1/sessions?limit=200')
+    const total: number = all.body.sessions.length
+    expect(total).toBeGreaterThan(30)
+    expect(total).toBeLessThanOrEqual(60)
+
+    // the console talks to the server through a proxy that sees the browser's own stream requests:
+    // the first stream answers the backlog and ends, so EventSource reconnects by itself; the
+    // reconnect is forwarded without its Last-Event-ID, so the server sends the whole log again,
+    // which the console must not show twice
+    const streams: Array<{ url: string; lastEventId?: string }> = []
+    const upstream = new URL(t.url)
+    const proxy = http.createServer((req, res) => {
+      const headers: http.OutgoingHttpHeaders = { ...req.headers, host: upstream.host }
+      if (/^\/v1\/sessions\/[^/]+\/stream/.test(req.url ?? '')) {
+        const lastEventId = req.headers['last-event-id']
+        streams.push({ url: req.url!, lastEventId: typeof lastEventId === 'string' ? lastEventId : undefined })
+        if (streams.length === 1) {
+          res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
+          res.end('retry: 150\n\n' + log.map((e) => `event: session/event\nid: ${e.seq}\ndata: ${JSON.stringify(e)}\n\n`).join(''))
+          return
+        }
+        delete headers['last-event-id']
+      }
+      const up = http.request({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers }, (ur) => {
+        res.writeHead(ur.statusCode ?? 502, ur.headers)
+        ur.pipe(res)
+      })
+      up.on('error', () => res.destroy())
+      res.on('close', () => up.destroy())
+      req.pipe(up)
+    })
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r))
+    const proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`
+    const page = await newPage()
+    explainOnFailure(page, () => s.id)
+    await openConsole(page, proxyUrl)
+
+    // paging: 30 per page
+    await expect.poll(() => page.$$eval('#session-list .session-item', (els) => els.length), WAIT).toBe(30)
+    expect(await page.isVisible('#load-more')).toBe(true)
+    expect(await page.getAttribute('#session-list .session-item:first-child', 'data-id')).toBe(s.id)
+    await page.click('#load-more')
+    await expect.poll(() => page.$$eval('#session-list .session-item', (els) => els.length), WAIT).toBe(total)
+    expect(await page.isHidden('#load-more')).toBe(true)
+    const ids = await page.$$eval('#session-list .session-item', (els) => els.map((e) => (e as any).dataset.id))
+    expect(ids).toEqual(all.body.sessions.map((x: any) => x.id))
+
+    await page.click('#session-list .session-item:first-child button')
+    await expect.poll(() => streams.length, WAIT).toBeGreaterThanOrEqual(2)
+    expect(streams[0].lastEventId).toBeUndefined()
+    expect(streams[1].lastEventId).toBe(String(head))
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    expect(await userTexts(page)).toEqual(['first question'])
+    expect(await assistantTexts(page)).toEqual(['first answer'])
+    expect(await texts(page, '#transcript .turn-end')).toEqual(['Turn 1 completed'])
+    await expectUniqueSeqs(page)
+    expect(await itemSeqs(page)).toEqual(log.map((e) => e.seq))
+
+    // the resumed connection is live
+    await page.fill('#composer-input', 'second question')
+    await page.press('#composer-input', 'Enter')
+    await expect.poll(() => assistantTexts(page), WAIT).toEqual(['first answer', 'second answer'])
+    await expect.poll(() => badge(page), WAIT).toBe('idle')
+    expect(await userTexts(page)).toEqual(['first question', 'second question'])
+    expect(await texts(page, '#transcript .turn-end')).toEqual(['Turn 1 completed', 'Turn 2 completed'])
+    await expectUniqueSeqs(page)
+    expect(streams.length).toBe(2)
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+    proxy.closeAllConnections()
+    await new Promise((r) => proxy.close(r))
+  }, 60000)
+})
