@@ -236,7 +236,13 @@ describe.each(DB_KINDS)('HTTP + SSE through pi-ai openai-completions on %s', (ki
       const n = srv.requests.length
       srv.script({ chunks: ['Hel', 'lo'], toolCalls: [{ id: 'call_x', name: 'echo', arguments: '{"text":"pi', argumentChunks: 1 }], hang: true })
       await api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })
-      await sse.waitFor((f) => f.event === 'agent/assistant-stream' && f.json.kind === 'chunk' && f.json.chunk.type === 'tool-call-delta')
+      // the partial tool call has streamed: as a live chunk, or inside the snapshot a subscriber that
+      // connected mid-attempt receives first (API.md §6)
+      await sse.waitFor(
+        (f) =>
+          f.event === 'agent/assistant-stream' &&
+          ((f.json.kind === 'chunk' && f.json.chunk.type === 'tool-call-delta') || (f.json.kind === 'snapshot' && f.json.stream.some((r: { type: string }) => r.type === 'tool-call-chunks'))),
+      )
       const rec = await srv.waitForRequest(n)
       expect((await api('POST', `/v1/sessions/${s.id}/cancel`, {})).body).toEqual({ cancelled: true })
       await sse.waitFor(turnEndFrame(1))
