@@ -13,7 +13,7 @@ import { Metrics } from './http/metrics.js'
 import { createLlmService, type LlmService, type LlmServiceOptions } from './llm/index.js'
 import { loadBuiltinPlugins, loadServerPlugins } from './plugins/index.js'
 import { COMPACTOR, type Compactor } from './plugins/compaction.js'
-import { migrate, openDb, schemaCurrent, tenants, type Db, type SessionRow } from './store/index.js'
+import { migrate, openDb, pruneIdempotency, schemaCurrent, tenants, type Db, type SessionRow } from './store/index.js'
 import { checkToolUrl, parseToolHosts, type HostPolicy } from './tools/hosts.js'
 import { ToolRegistry } from './tools/registry.js'
 import { WorkerHost } from './worker/host.js'
@@ -119,6 +119,11 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       host.start()
       metrics.gauge('agentd_driven_sessions', 'Sessions whose driver runs in this process', () => host!.size)
     }
+
+    // idempotency records are kept at least 24 hours (API.md §5); older ones go, hourly
+    const prune = setInterval(() => void pruneIdempotency(db, 25 * 3600 * 1000).catch(() => {}), 3600 * 1000)
+    prune.unref()
+    cleanup.push(() => clearInterval(prune))
 
     const driver: DriverControl = {
       compact: async (row: SessionRow) => compactNow(host, root, row),
