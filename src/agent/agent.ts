@@ -148,6 +148,8 @@ export class Agent {
   private readonly hooks: Hooks
   private readonly handles = new Map<string, AgentHandle>()
   readonly log: SessionLog
+  /** pino child logger carrying tenantId, sessionId and leaseToken (DESIGN.md §4) */
+  private readonly logger: Logger
 
   constructor(
     private readonly d: AgentDeps,
@@ -160,6 +162,7 @@ export class Agent {
     this.key = row.key
     this.log = d.makeLog(row.key, row.id, state)
     this.log.lease = lease
+    this.logger = d.log.child({ tenantId: row.tenantId, sessionId: row.id, leaseToken: lease.token })
     this.capturedGeneration = state.replaceGeneration
     this.hooks = (d.root as unknown as { hooks: Hooks }).hooks
     // every commit and sync reports the row: a cancel request or a wake is noticed at once
@@ -276,7 +279,7 @@ export class Agent {
           if (this.waiting.size) await this.checkAnswers()
         } catch (e) {
           if (e instanceof LeaseLostError) this.lost(e)
-          else this.d.log.warn({ err: errorChain(e), sessionId: this.id }, 'session sync failed')
+          else this.logger.warn({ err: errorChain(e) }, 'session sync failed')
         }
       } while (this.syncAgain && !this.stopped)
       this.syncing = undefined
@@ -373,7 +376,7 @@ export class Agent {
       await this.wake()
     } catch (e) {
       if (e instanceof LeaseLostError) this.lost(e)
-      else this.d.log.warn({ err: errorChain(e), sessionId: this.id }, 'wake failed')
+      else this.logger.warn({ err: errorChain(e) }, 'wake failed')
     }
   }
 
@@ -478,7 +481,7 @@ export class Agent {
 
   /** The process can no longer append: stop driving and let the next lease holder repair (SPEC §5.7). */
   private failStop(e: unknown): void {
-    this.d.log.error({ err: errorChain(e), sessionId: this.id }, 'the driver stopped: it can no longer append to the session')
+    this.logger.error({ err: errorChain(e) }, 'the driver stopped: it can no longer append to the session')
     if (e instanceof LeaseLostError) this.lost(e)
     else this.onFatal?.(e)
   }
@@ -559,7 +562,7 @@ export class Agent {
         const error: LlmFailure = e instanceof TurnLlmError ? e.failure : { message: errorChain(e), code: 'UNKNOWN' }
         reason = { kind: 'error', error }
         this.notify('agent/error', { turn, step, error })
-        this.d.log.warn({ sessionId: this.id, turn, step, code: error.code, err: error.message }, 'turn failed')
+        this.logger.warn({ turn, step, code: error.code, err: error.message }, 'turn failed')
       }
     }
     const r = await this.closer(() =>
@@ -1047,7 +1050,7 @@ export class Agent {
       try {
         contexts.push(toUserMessage(c, { kind: 'plugin', plugin: o.plugin ?? 'agentd' }))
       } catch (e) {
-        this.d.log.warn({ sessionId: this.id, callId: p.callId, err: (e as Error).message }, 'an additional context was not a valid message; dropped')
+        this.logger.warn({ turn, step, callId: p.callId, err: (e as Error).message }, 'an additional context was not a valid message; dropped')
       }
     }
     await this.log.commit(
@@ -1112,7 +1115,7 @@ export class Agent {
         })
         latched = r.value
       } catch (e) {
-        this.d.log.warn({ err: errorChain(e), sessionId: this.id }, 'could not end maintenance')
+        this.logger.warn({ err: errorChain(e) }, 'could not end maintenance')
       }
       this.activity = undefined
       done()
