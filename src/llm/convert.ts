@@ -49,32 +49,41 @@ export function toPiContext(messages: readonly Message[], tools: readonly ToolSc
   const out: PiMessage[] = []
   let systemPrompt: string | undefined
   const toolNames = new Map<string, string>()
+  const routeKey = `${route.api}\u0000${route.provider}\u0000${route.id}`
   let first = true
   for (const m of messages) {
     if (m.role === 'system') {
       if (m.content.length === 0) continue
       if (first) systemPrompt = m.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('')
-      else out.push(user(m.content))
+      else out.push(...cached(m, routeKey, () => [user(m.content)]))
     } else if (m.role === 'assistant') {
       for (const b of m.content) if (b.type === 'tool-call') toolNames.set(b.id, b.name)
-      out.push(assistant(m, route))
+      out.push(...cached(m, routeKey, () => [assistant(m, route)]))
     } else {
       // a tool result is a user message holding a tool-result block; anything else beside it stays a user message
-      const rest: ContentBlock[] = []
-      for (const b of m.content) {
-        if (b.type === 'tool-result') {
-          const result: PiToolResultMessage = {
-            role: 'toolResult',
-            toolCallId: b.toolCallId,
-            toolName: toolNames.get(b.toolCallId) ?? '',
-            content: media(b.content),
-            isError: b.isError,
-            timestamp: 0,
+      const results = m.content.filter((b) => b.type === 'tool-result') as Array<Extract<ContentBlock, { type: 'tool-result' }>>
+      const names = results.map((b) => toolNames.get(b.toolCallId) ?? '').join('\u0000')
+      out.push(
+        ...cached(m, `${routeKey}\u0000${names}`, () => {
+          const conv: PiMessage[] = []
+          const rest: ContentBlock[] = []
+          for (const b of m.content) {
+            if (b.type === 'tool-result') {
+              const result: PiToolResultMessage = {
+                role: 'toolResult',
+                toolCallId: b.toolCallId,
+                toolName: toolNames.get(b.toolCallId) ?? '',
+                content: media(b.content),
+                isError: b.isError,
+                timestamp: 0,
+              }
+              conv.push(result)
+            } else rest.push(b)
           }
-          out.push(result)
-        } else rest.push(b)
-      }
-      if (rest.length > 0 || !m.content.some((b) => b.type === 'tool-result')) out.push(user(rest))
+          if (rest.length > 0 || results.length === 0) conv.push(user(rest))
+          return conv
+        }),
+      )
     }
     first = false
   }
@@ -82,6 +91,30 @@ export function toPiContext(messages: readonly Message[], tools: readonly ToolSc
   if (systemPrompt !== undefined) ctx.systemPrompt = systemPrompt
   if (tools && tools.length > 0) ctx.tools = tools.map((t) => ({ name: t.name, description: t.description, parameters: t.parameters }) as unknown as Tool)
   return ctx
+}
+
+/**
+ * Conversions of frozen log messages, memoized per message (and per route, which decides the replay
+ * fields): a step converts only what is new, so its cost does not grow with the history.
+ */
+const conversions = new WeakMap<object, { key: string; value: PiMessage[] }>()
+
+function cached(m: Message, key: string, convert: () => PiMessage[]): PiMessage[] {
+  if (!Object.isFrozen(m)) return convert()
+  const hit = conversions.get(m)
+  if (hit && hit.key === key) return hit.value
+  const value = convert()
+  deepFreeze(value)
+  conversions.set(m, { key, value })
+  return value
+}
+
+function deepFreeze<T>(v: T): T {
+  if (v !== null && typeof v === 'object' && !Object.isFrozen(v)) {
+    Object.freeze(v)
+    for (const k of Object.keys(v as object)) deepFreeze((v as Record<string, unknown>)[k])
+  }
+  return v
 }
 
 function user(content: readonly ContentBlock[]): PiUserMessage {
