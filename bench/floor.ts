@@ -1,0 +1,128 @@
+// The floor: what the database alone costs for the same durable writes. A turn's events are grouped
+// into the units agentd commits (delivery splice; turn/start + claim; step/start; admission;
+// assistant/message; tool/call; tool/result; step/end; turn/end), and each unit is replayed as ONE
+// transaction issued directly with pg / PGlite:
+//   BEGIN; SELECT … FROM sessions WHERE key = $1 FOR UPDATE; INSERT the rows; UPDATE next_seq; COMMIT
+// with the same event bodies (seq and time rewritten), into a session of its own.
+
+import crypto from 'node:crypto'
+import type pg from 'pg'
+import type { RawDb } from './lib.js'
+
+export interface FloorEvent {
+  type: string
+  /** the stored wire text, starting with {"seq":N,"time":T, */
+  body: string
+}
+
+export type Unit = FloorEvent[]
+
+const ADMISSION = new Set(['system/message', 'user/message', 'request/header', 'request/context'])
+
+/** Groups a turn's events (as GET /events returns them) into agentd's commit units. */
+export function unitsOf(events: Array<{ type: string; data: any }>, bodies: string[]): Unit[] {
+  const units: Unit[] = []
+  let prev: string | undefined
+  for (let i = 0; i < events.length; i++) {
+    const e = events[i]
+    const fe = { type: e.type, body: bodies[i] }
+    const claim = e.type === 'agent/inbox/spliced' && (e.data?.removedCount ?? 0) > 0 && !(e.data?.inserted?.length > 0)
+    const joins = (claim && (prev === 'turn/start' || prev === 'claim')) || (ADMISSION.has(e.type) && prev !== undefined && ADMISSION.has(prev))
+    if (joins && units.length) units[units.length - 1].push(fe)
+    else units.push([fe])
+    prev = claim ? (prev === 'turn/start' || prev === 'claim' ? 'claim' : e.type) : e.type
+  }
+  return units
+}
+
+/** Shape of a unit list, e.g. "1+2+1+2+1+1+1". */
+export const shape = (units: Unit[]) => units.map((u) => u.length).join('+')
+
+const PREFIX = /^\{"seq":-?\d+,"time":\d+,/
+
+export function rebody(body: string, seq: number, time: number): string {
+  return body.replace(PREFIX, `{"seq":${seq},"time":${time},`)
+}
+
+/** Inserts a bare session row for the floor (same table, same tenant), returns its key. */
+export async function floorSession(raw: RawDb, tenantId: string): Promise<string> {
+  const key = crypto.randomUUID()
+  const now = Date.now()
+  const sql = 'INSERT INTO sessions (key, tenant_id, id, model, create_hash, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $6)'
+  const params = [key, tenantId, `floor_${key}`, 'faux/echo', 'floor', now]
+  if (raw.kind === 'pg') await raw.pool.query(sql, params)
+  else await raw.pglite.query(sql, params)
+  return key
+}
+
+interface Tx {
+  query(sql: string, params?: unknown[]): Promise<{ rows: any[] }>
+}
+
+async function inTx<T>(raw: RawDb, fn: (tx: Tx) => Promise<T>): Promise<T> {
+  if (raw.kind === 'pglite') return raw.pglite.transaction((t) => fn({ query: (s, p) => t.query(s, p) as Promise<{ rows: any[] }> }))
+  const client: pg.PoolClient = await raw.pool.connect()
+  try {
+    await client.query('BEGIN')
+    const out = await fn(client)
+    await client.query('COMMIT')
+    return out
+  } catch (e) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw e
+  } finally {
+    client.release()
+  }
+}
+
+/** Appends units to one floor session, one transaction each. */
+export class FloorWriter {
+  constructor(private readonly raw: RawDb, readonly key: string) {}
+
+  /** Commits one unit; returns the stamped bodies (seq, time) it wrote. */
+  async commit(unit: Unit): Promise<string[]> {
+    return inTx(this.raw, async (tx) => {
+      const { rows } = await tx.query('SELECT next_seq, last_time FROM sessions WHERE key = $1 FOR UPDATE', [this.key])
+      const next = Number(rows[0].next_seq)
+      const time = Math.max(Date.now(), Number(rows[0].last_time))
+      const seqs = unit.map((_, i) => next + i)
+      const bodies = unit.map((e, i) => rebody(e.body, next + i, time))
+      await tx.query('INSERT INTO session_events (session_key, seq, time, type, body) SELECT $1, * FROM unnest($2::int[], $3::bigint[], $4::text[], $5::text[])', [
+        this.key,
+        seqs,
+        unit.map(() => time),
+        unit.map((e) => e.type),
+        bodies,
+      ])
+      await tx.query('UPDATE sessions SET next_seq = $2, last_time = $3, updated_at = $3 WHERE key = $1', [this.key, next + unit.length, time])
+      return bodies
+    })
+  }
+
+  /** Replays a turn's units back to back. */
+  async turn(units: Unit[]): Promise<void> {
+    for (const u of units) await this.commit(u)
+  }
+}
+
+/** Bulk-inserts prepared rows into a session (synthetic history) and moves its row. */
+export async function bulkInsert(raw: RawDb, key: string, rows: Array<{ seq: number; time: number; type: string; body: string }>, inbox = '{"nextTurn":[],"nextStep":[]}'): Promise<void> {
+  const BATCH = 2000
+  for (let i = 0; i < rows.length; i += BATCH) {
+    const b = rows.slice(i, i + BATCH)
+    await inTx(raw, (tx) =>
+      tx.query('INSERT INTO session_events (session_key, seq, time, type, body) SELECT $1, * FROM unnest($2::int[], $3::bigint[], $4::text[], $5::text[])', [
+        key,
+        b.map((r) => r.seq),
+        b.map((r) => r.time),
+        b.map((r) => r.type),
+        b.map((r) => r.body),
+      ]),
+    )
+  }
+  const last = rows[rows.length - 1]
+  const sql = "UPDATE sessions SET next_seq = $2, last_time = $3, updated_at = $3, inbox = $4, open_turn = NULL, run_state = 'idle' WHERE key = $1"
+  const params = [key, last.seq + 1, last.time, inbox]
+  if (raw.kind === 'pg') await raw.pool.query(sql, params)
+  else await raw.pglite.query(sql, params)
+}
