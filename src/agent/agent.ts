@@ -140,6 +140,8 @@ export class Agent {
   /** live frame revision, per loop instance (SPEC §9.2) */
   private revision = 0
   private inflight: { attemptId: string; turn: number; step: number; acc: StreamAccumulator; revision: number } | undefined
+  /** calls with a pending_calls row (client, approval); their result deletes it */
+  private readonly pendingRows = new Set<string>()
   /** client results and approvals this driver waits for */
   private readonly waiting = new Map<string, { kind: 'client' | 'approval'; resolve: (answer: unknown) => void }>()
   private syncing: Promise<void> | undefined
@@ -164,7 +166,10 @@ export class Agent {
     this.log.lease = lease
     this.logger = d.log.child({ tenantId: row.tenantId, sessionId: row.id, leaseToken: lease.token })
     this.capturedGeneration = state.replaceGeneration
+    // cordis services are looked up once: property access on a context goes through its proxy
     this.hooks = (d.root as unknown as { hooks: Hooks }).hooks
+    this.registry = (d.root as unknown as { tools: ToolRegistry }).tools
+    this.systemPrompt = (d.root as unknown as { systemPrompt: SystemPromptService }).systemPrompt
     // every commit and sync reports the row: a cancel request or a wake is noticed at once
     this.log.onRow = (r) => this.react(r)
   }
@@ -617,7 +622,7 @@ export class Agent {
       claimed = r.value
       for (const message of claimed) this.notify('agent/inbox/claimed', { message, turn })
     }
-    const sp = (this.d.root as unknown as { systemPrompt: SystemPromptService }).systemPrompt
+    const sp = this.systemPrompt
     const base: PromptAssembly = {
       sections: [{ name: 'session', text: this.spec.system, literal: true }, ...sp.sections.map((s) => ({ ...s }))],
       contexts: sp.contexts.map((c) => ({ name: c.name, text: typeof c.text === 'function' ? String(c.text()) : c.text })),
@@ -665,9 +670,8 @@ export class Agent {
     return out
   }
 
-  private get registry(): ToolRegistry {
-    return (this.d.root as unknown as { tools: ToolRegistry }).tools
-  }
+  private readonly registry: ToolRegistry
+  private readonly systemPrompt: SystemPromptService
 
   // ------------------------------------------------------------------------------------------
   // One step: attempts until one settles as a message, then its tools (SPEC §8, §10, §11)
@@ -923,6 +927,7 @@ export class Agent {
           const e = u.add({ type: 'tool/call', data: { turn, step, callId: p.callId, name: p.name, arguments: p.rawArguments } })
           return { value: e.seq }
         }, client ? { inTx: (tx) => insertPending(tx, this.key, { callId: p.callId, kind: 'client', name: p.name, arguments: p.rawArguments }) } : {})
+        if (client) this.pendingRows.add(p.callId)
         return r.value
       },
       prepare: async (p) => this.prepareTool(p, callView(p)),
@@ -954,6 +959,7 @@ export class Agent {
     if (d?.kind === 'deny') return { kind: 'deny', reason: typeof d.reason === 'string' && d.reason ? d.reason : 'denied by policy' }
     if (d?.kind !== 'ask') return { kind: 'deny', reason: 'the tool policy gave no decision' }
     await this.log.commit(() => {}, { inTx: (tx) => insertPending(tx, this.key, { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments }) })
+    this.pendingRows.add(p.callId)
     const answer = (await this.waitAnswer(p.callId, 'approval')) as { decision?: string; reason?: string } | undefined
     if (!answer) return { kind: 'deny', reason: 'the turn was cancelled before an approver answered' }
     if (answer.decision === 'allow') return { kind: 'allow' }
@@ -1061,8 +1067,10 @@ export class Agent {
           if (data) u.add({ type: 'agent/inbox/spliced', data: data as unknown as Json })
         }
       },
-      { inTx: (tx) => deletePending(tx, this.key, [p.callId]) },
+      // settlement deletes the call's pending row (SPEC §18.10), in the result's transaction
+      this.pendingRows.has(p.callId) ? { inTx: (tx) => deletePending(tx, this.key, [p.callId]) } : {},
     )
+    this.pendingRows.delete(p.callId)
     for (const message of contexts) this.notify('agent/inbox/inserted', { message })
     this.d.metrics?.toolCalls.inc({ code: o.error?.code ?? (o.isError ? 'error' : 'ok') })
     return { concludes: o.concludesTurn === true }

@@ -5,7 +5,7 @@
 import crypto from 'node:crypto'
 import { ApiError, sessionNotFound } from '../errors.js'
 import { canonicalJson, findPending, InboxError, planClear, planSplice, type Draft, type Inbox, type InboxTarget, type SplicedData, type UserMessage } from '../session/index.js'
-import { answerPending, findIdempotency, lockSession, readInbox, recordIdempotency, stamp, writeEvents, type Db, type Queryable, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
+import { answerPending, findIdempotency, lockForIntake, recordIdempotency, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 
@@ -46,11 +46,11 @@ export class Intake {
   constructor(private readonly d: IntakeDeps) {}
 
   /** Runs one locked transaction for a session; publishes its events after commit, in seq order. */
-  private async locked<T>(key: string, id: string, fn: (tx: Queryable, row: SessionRow) => Promise<Locked<T>>): Promise<T> {
+  private async locked<T>(key: string, id: string, fn: (tx: Queryable, row: LeanRow & { inbox: Inbox }) => Promise<Locked<T>>): Promise<T> {
     if (this.d.publisher.isPublishing(key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     return this.d.mutex.run(key, async () => {
       const out = await this.d.db.transaction(async (tx) => {
-        const row = await lockSession(tx, key)
+        const row = await lockForIntake(tx, key)
         if (!row) throw sessionNotFound(id)
         return fn(tx, row)
       })
@@ -81,7 +81,7 @@ export class Intake {
       const wakes = ROUTE_WAKES[route]
       // SPEC §4.4: waking input after a cancel request, while the cancelled activity closes, goes to next-turn and latches
       const target: InboxTarget = wakes && locked.cancelPending ? 'next-turn' : ROUTE_TARGET[route]
-      const inbox = await readInbox(tx, key)
+      const inbox = locked.inbox
       let data: SplicedData | null
       try {
         const len = (target === 'next-turn' ? inbox.nextTurn : inbox.nextStep).length
@@ -106,8 +106,8 @@ export class Intake {
         events,
         after: () => {
           this.notify(key, id, 'agent/inbox/inserted', { message })
+          // the commit's doorbell lets a running driver fold the splice; an idle one needs a wake
           if (wake) this.d.publisher.bus.wake(key)
-          else this.d.publisher.bus.poke(key)
         },
       }
     })
@@ -117,7 +117,7 @@ export class Intake {
   async removeFromInbox(row: SessionRow, messageId: string): Promise<void> {
     const { key, id } = row
     await this.locked(key, id, async (tx, locked) => {
-      const inbox = await readInbox(tx, key)
+      const inbox = locked.inbox
       const at = findPending(inbox, messageId)
       if (!at) throw new ApiError('queue-item-not-found', `message ${messageId} is not pending`)
       const data = planSplice(inbox, at.target, at.index, 1, [], 'canceled')!
@@ -146,7 +146,7 @@ export class Intake {
       const drafts: Draft[] = []
       const discarded: UserMessage[] = []
       if (!keepInbox) {
-        const inbox = await readInbox(tx, key)
+        const inbox = locked.inbox
         for (const d of planClear(inbox)) {
           discarded.push(...spliceInbox(inbox, d))
           drafts.push({ type: 'agent/inbox/spliced', data: d as unknown as Draft['data'] })

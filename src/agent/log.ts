@@ -104,11 +104,15 @@ export class SessionLog {
   /** Called after every commit and sync with the row flags it saw (cancel requests, wakes). */
   onRow?: (row: LeanRow) => void
 
-  /** A builder that stamps and folds each draft at once, collecting the undos. */
-  private builder(undos: Undo[], added: SessionEvent[], row: LeanRow | undefined, tx: Queryable | undefined): UnitBuilder {
+  /**
+   * A builder that stamps and folds each draft at once, collecting the undos. On the fast path `row`
+   * is the last row this driver saw; reading it makes the append conditional on its flags.
+   */
+  private builder(undos: Undo[], added: SessionEvent[], row: LeanRow | undefined, tx: Queryable | undefined, onRead?: () => void): UnitBuilder {
     return {
       get row(): LeanRow {
         if (!row) throw NEEDS_LOCK
+        onRead?.()
         return row
       },
       get tx(): Queryable {
@@ -150,8 +154,10 @@ export class SessionLog {
       for (let i = undos.length - 1; i >= 0; i--) undos[i]()
     }
     let out: { patch?: RowPatch; value?: T }
+    const known = this.row
+    let readFlags = false
     try {
-      out = build(this.builder(undos, added, undefined, undefined)) ?? {}
+      out = build(this.builder(undos, added, known, undefined, () => (readFlags = true))) ?? {}
     } catch (e) {
       undo()
       if (e === NEEDS_LOCK) return null
@@ -163,7 +169,8 @@ export class SessionLog {
     }
     let r
     try {
-      r = await appendFenced(this.d.db, this.key, { nextSeq: added[0].seq, owner: this.lease.owner, token: this.lease.token }, added, this.mirror(added, out.patch ?? {}))
+      const flags = readFlags && known ? { runState: known.runState, cancelPending: known.cancelPending, wakeLatched: known.wakeLatched } : undefined
+      r = await appendFenced(this.d.db, this.key, { nextSeq: added[0].seq, owner: this.lease.owner, token: this.lease.token, flags }, added, this.mirror(added, out.patch ?? {}))
     } catch (e) {
       undo()
       throw e
@@ -172,7 +179,6 @@ export class SessionLog {
       undo()
       return null
     }
-    const prev = this.row
     const row: LeanRow = {
       key: this.key,
       nextSeq: this.state.nextSeq,
@@ -185,7 +191,6 @@ export class SessionLog {
       leaseToken: this.lease.token,
       openTurn: this.state.openTurn,
     }
-    void prev
     return { events: r.events, value: out.value as T, row }
   }
 

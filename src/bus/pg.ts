@@ -1,6 +1,7 @@
 // Fan-out across processes over PostgreSQL LISTEN/NOTIFY (DESIGN.md §3). NOTIFY carries only
-// doorbells {session, seq} and small batches of live frames, never event bodies; doorbells and frames
-// are coalesced to at most one NOTIFY per session per window, sent outside any transaction.
+// doorbells {session, seq} and small batches of live frames, never event bodies. Everything a window
+// (~50 ms) collects, across all sessions, goes out as a few NOTIFYs, sent outside any transaction:
+// the rate of NOTIFYs does not grow with the number of sessions or commits.
 
 import crypto from 'node:crypto'
 import pg from 'pg'
@@ -8,18 +9,16 @@ import type { Db } from '../store/index.js'
 import type { StoredEvent } from '../store/index.js'
 import { LocalHub, type LiveFrame } from './local.js'
 
-const CH_COMMIT = 'agentd_commit'
-const CH_LIVE = 'agentd_live'
-const CH_POKE = 'agentd_poke'
+const CHANNEL = 'agentd_bus'
 const CH_WAKE = 'agentd_wake'
 const MAX_PAYLOAD = 7800 // NOTIFY payloads must stay under 8000 bytes
 
-interface Pending {
-  seq?: number
-  frames: LiveFrame[]
-  poke?: boolean
-  timer?: NodeJS.Timeout
-  lastSent: number
+/** One NOTIFY: doorbells [session, seq], pokes, and live frames [session, frame]. */
+interface Batch {
+  o: string
+  c?: Array<[string, number]>
+  p?: string[]
+  f?: Array<[string, LiveFrame]>
 }
 
 export interface PgBusOptions {
@@ -33,9 +32,14 @@ export class PgBus extends LocalHub {
   readonly origin = crypto.randomBytes(6).toString('hex')
   private client: pg.Client | undefined
   private closed = false
-  private readonly pending = new Map<string, Pending>()
   private readonly windowMs: number
   private reconnectTimer: NodeJS.Timeout | undefined
+  /** what the current window collected */
+  private commits = new Map<string, number>()
+  private pokes = new Set<string>()
+  private frames: Array<[string, LiveFrame]> = []
+  private timer: NodeJS.Timeout | undefined
+  private lastFlush = 0
   /** listener connection generations; a drop makes every subscriber re-read */
   generation = 0
 
@@ -65,7 +69,7 @@ export class PgBus extends LocalHub {
     client.on('end', lost)
     try {
       await client.connect()
-      await client.query(`LISTEN ${CH_COMMIT}; LISTEN ${CH_LIVE}; LISTEN ${CH_POKE}; LISTEN ${CH_WAKE}`)
+      await client.query(`LISTEN ${CHANNEL}; LISTEN ${CH_WAKE}`)
     } catch (e) {
       client.end().catch(() => {})
       if (this.closed) return
@@ -84,113 +88,116 @@ export class PgBus extends LocalHub {
   }
 
   private receive(channel: string, payload: string): void {
-    let m: { o: string; s: string; q?: number; f?: LiveFrame[] }
+    // our own notifications come back too; skip them before parsing
+    if (payload.startsWith(`{"o":"${this.origin}"`)) return
+    let m: Batch & { s?: string }
     try {
       m = JSON.parse(payload)
     } catch {
       return
     }
-    if (m.o === this.origin) return
-    if (channel === CH_COMMIT && typeof m.q === 'number') this.deliverCommit(m.s, { seq: m.q, remote: true })
-    else if (channel === CH_LIVE && Array.isArray(m.f)) for (const f of m.f) this.deliverLive(m.s, f)
-    else if (channel === CH_POKE) this.deliverPoke(m.s)
-    else if (channel === CH_WAKE) this.deliverWake(m.s)
+    if (channel === CH_WAKE) {
+      if (m.s) this.deliverWake(m.s)
+      return
+    }
+    for (const [s, f] of m.f ?? []) this.deliverLive(s, f)
+    for (const [s, q] of m.c ?? []) this.deliverCommit(s, { seq: q, remote: true })
+    for (const s of m.p ?? []) this.deliverPoke(s)
   }
 
   override publishCommit(sessionKey: string, events: readonly StoredEvent[]): void {
     super.publishCommit(sessionKey, events)
     if (!events.length) return
-    const p = this.slot(sessionKey)
-    p.seq = Math.max(p.seq ?? -1, events[events.length - 1].seq)
-    this.schedule(sessionKey, p)
+    this.commits.set(sessionKey, Math.max(this.commits.get(sessionKey) ?? -1, events[events.length - 1].seq))
+    this.schedule()
   }
 
   override publishLive(sessionKey: string, frame: LiveFrame): void {
     super.publishLive(sessionKey, frame)
-    const p = this.slot(sessionKey)
-    p.frames.push(frame)
-    this.schedule(sessionKey, p)
+    this.frames.push([sessionKey, frame])
+    this.schedule()
   }
 
   override poke(sessionKey: string): void {
     super.poke(sessionKey)
-    const p = this.slot(sessionKey)
-    p.poke = true
-    this.schedule(sessionKey, p)
+    this.pokes.add(sessionKey)
+    this.schedule()
   }
 
   override wake(sessionKey: string): void {
     super.wake(sessionKey)
-    this.notify(CH_WAKE, { o: this.origin, s: sessionKey })
+    this.notify(CH_WAKE, JSON.stringify({ o: this.origin, s: sessionKey }))
   }
 
-  private slot(key: string): Pending {
-    let p = this.pending.get(key)
-    if (!p) this.pending.set(key, (p = { frames: [], lastSent: 0 }))
-    return p
+  /** Leading edge at once when the bus was quiet, then at most one flush per window. */
+  private schedule(): void {
+    if (this.timer) return
+    const wait = Math.max(0, this.lastFlush + this.windowMs - Date.now())
+    if (wait === 0) queueMicrotask(() => this.flush())
+    this.timer = setTimeout(() => this.flush(), wait)
   }
 
-  /** Leading edge at once, then at most one flush per window. */
-  private schedule(key: string, p: Pending): void {
-    if (p.timer) return
-    const wait = Math.max(0, p.lastSent + this.windowMs - Date.now())
-    if (wait === 0) this.flush(key, p)
-    else p.timer = setTimeout(() => this.flush(key, p), wait)
-  }
-
-  private flush(key: string, p: Pending): void {
-    p.timer = undefined
-    p.lastSent = Date.now()
-    // frames first: a doorbell may let a subscriber send the durable event an `end` frame names
-    if (p.frames.length) {
-      const frames = p.frames
-      p.frames = []
-      let batch: LiveFrame[] = []
-      let size = 0
-      const send = () => {
-        if (batch.length) this.notify(CH_LIVE, { o: this.origin, s: key, f: batch })
-        batch = []
-        size = 0
+  private flush(): void {
+    clearTimeout(this.timer)
+    this.timer = undefined
+    if (!this.commits.size && !this.pokes.size && !this.frames.length) return
+    this.lastFlush = Date.now()
+    const head = `{"o":"${this.origin}"`
+    let parts: string[] = []
+    let size = head.length + 2
+    const send = () => {
+      if (parts.length) this.notify(CHANNEL, `${head},${parts.join(',')}}`)
+      parts = []
+      size = head.length + 2
+    }
+    // frames before doorbells: a subscriber may then send the durable event an `end` frame names
+    const groups: Array<[string, string[]]> = [
+      ['f', this.frames.map(([s, f]) => JSON.stringify([s, f]))],
+      ['c', [...this.commits].map(([s, q]) => JSON.stringify([s, q]))],
+      ['p', [...this.pokes].map((s) => JSON.stringify(s))],
+    ]
+    this.frames = []
+    this.commits = new Map()
+    this.pokes = new Set()
+    for (const [key, items] of groups) {
+      let list: string[] = []
+      const close = () => {
+        if (list.length) parts.push(`"${key}":[${list.join(',')}]`)
+        list = []
       }
-      for (const f of frames) {
-        const n = JSON.stringify(f).length + 1
-        if (n > MAX_PAYLOAD - 120) {
-          // too big for NOTIFY: remote viewers recover the content from the durable settlement
-          this.o.log?.debug?.({ event: f.event }, 'live frame too large for NOTIFY; not forwarded to other processes')
+      for (const item of items) {
+        if (item.length > MAX_PAYLOAD - 200) {
+          // too big for NOTIFY (a huge chunk): remote viewers recover it from the durable settlement
+          this.o.log?.debug?.({ size: item.length }, 'live frame too large for NOTIFY; not forwarded to other processes')
           continue
         }
-        if (size + n > MAX_PAYLOAD - 120) send()
-        batch.push(f)
-        size += n
+        if (size + item.length + key.length + 8 > MAX_PAYLOAD) {
+          close()
+          send()
+        }
+        list.push(item)
+        size += item.length + 1
       }
-      send()
+      close()
+      size += key.length + 6
     }
-    if (p.seq !== undefined) {
-      this.notify(CH_COMMIT, { o: this.origin, s: key, q: p.seq })
-      p.seq = undefined
-    }
-    if (p.poke) {
-      p.poke = false
-      this.notify(CH_POKE, { o: this.origin, s: key })
-    }
-    // forget idle sessions so the map does not grow with every session ever touched
-    setTimeout(() => {
-      if (!p.timer && !p.frames.length && p.seq === undefined && !p.poke && this.pending.get(key) === p) this.pending.delete(key)
-    }, this.windowMs * 2).unref()
+    send()
   }
 
-  private notify(channel: string, payload: unknown): void {
+  /** Sent on the listener's own connection, so NOTIFYs leave in the order they were made. */
+  private notify(channel: string, payload: string): void {
     if (this.closed) return
-    this.o.db.query('SELECT pg_notify($1, $2)', [channel, JSON.stringify(payload)]).catch((e) => {
+    const q: Promise<unknown> = this.client ? this.client.query('SELECT pg_notify($1, $2)', [channel, payload]) : this.o.db.query('SELECT pg_notify($1, $2)', [channel, payload])
+    q.catch((e) => {
       this.o.log?.warn({ err: (e as Error).message, channel }, 'NOTIFY failed')
     })
   }
 
   override async close(): Promise<void> {
+    this.flush()
     this.closed = true
     clearTimeout(this.reconnectTimer)
-    for (const p of this.pending.values()) clearTimeout(p.timer)
-    this.pending.clear()
+    clearTimeout(this.timer)
     const c = this.client
     this.client = undefined
     await c?.end().catch(() => {})

@@ -92,9 +92,17 @@ export function pluginName(ctx: Context): string {
  * A contained emit (SPEC §3.7): every cordis listener of `name` gets the arguments; a throwing
  * listener is reported and ignored.
  */
+type HookTable = Record<string, Array<{ ctx: Context; callback: (...a: unknown[]) => unknown }>>
+const tables = new WeakMap<Context, HookTable>()
+/** The root's listener table, looked up once (a context's properties go through its proxy). */
+function hookTable(root: Context): HookTable {
+  let t = tables.get(root)
+  if (!t) tables.set(root, (t = (root.lifecycle as unknown as { _hooks: HookTable })._hooks))
+  return t
+}
+
 export function emitContained(root: Context, name: string, args: unknown[] | ((plugin: string) => unknown[]), onError?: (err: unknown, plugin: string) => void): void {
-  const lifecycle = root.lifecycle as unknown as { _hooks: Record<string, Array<{ ctx: Context; callback: (...a: unknown[]) => unknown }>> }
-  const hooks = lifecycle._hooks[name]
+  const hooks = hookTable(root)[name]
   if (!hooks?.length) return
   for (const h of [...hooks]) {
     try {
@@ -108,8 +116,7 @@ export function emitContained(root: Context, name: string, args: unknown[] | ((p
 
 /** Whether anything listens for `name` (lets hot paths skip building payloads). */
 export function hasListeners(root: Context, name: string): boolean {
-  const lifecycle = root.lifecycle as unknown as { _hooks: Record<string, unknown[]> }
-  return (lifecycle._hooks[name]?.length ?? 0) > 0
+  return (hookTable(root)[name]?.length ?? 0) > 0
 }
 
 /** A root context with the hooks service provided as a built-in (plugins need no `inject`). */

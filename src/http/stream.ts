@@ -96,8 +96,18 @@ export function registerStreamRoutes(app: FastifyInstance, deps: HttpDeps, loadS
     res.flushHeaders()
     let closed = false
     let pausedSince = 0
+    let corked = false
+    // frames written in one tick leave in one syscall
     const write = (s: string) => {
       if (closed) return
+      if (!corked) {
+        corked = true
+        res.cork()
+        process.nextTick(() => {
+          corked = false
+          res.uncork()
+        })
+      }
       if (!res.write(s) && !pausedSince) pausedSince = Date.now()
     }
     const handle = {

@@ -72,7 +72,7 @@ export async function writeEvents(tx: Queryable, row: LogPosition, events: reado
 export async function appendFenced(
   db: Queryable,
   key: string,
-  expect: { nextSeq: number; owner: string; token: number },
+  expect: { nextSeq: number; owner: string; token: number; flags?: { runState: RunState; cancelPending: boolean; wakeLatched: boolean } },
   events: readonly SessionEvent[],
   patch: RowPatch = {},
 ): Promise<{ events: StoredEvent[]; runState: RunState; cancelPending: boolean; wakeLatched: boolean } | null> {
@@ -80,12 +80,18 @@ export async function appendFenced(
   if (!out.length || out[0].seq !== expect.nextSeq) throw new Error('appendFenced needs events that continue the expected seq')
   const last = out[out.length - 1]
   const params: unknown[] = [key, expect.nextSeq, expect.owner, expect.token]
+  // a unit that decided on row flags commits only if they still hold (optimistic, like the seq)
+  let flags = ''
+  if (expect.flags) {
+    params.push(expect.flags.runState, expect.flags.cancelPending, expect.flags.wakeLatched)
+    flags = ` AND run_state = $5 AND cancel_pending = $6 AND wake_latched = $7`
+  }
   const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, patch, params)
   params.push(out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), out.map((e) => e.json))
   const n = params.length
   const { rows } = await db.query<{ run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number }>(
     `WITH moved AS (
-       UPDATE sessions SET ${sets.join(', ')} WHERE key = $1 AND next_seq = $2 AND lease_owner = $3 AND lease_token = $4
+       UPDATE sessions SET ${sets.join(', ')} WHERE key = $1 AND next_seq = $2 AND lease_owner = $3 AND lease_token = $4${flags}
        RETURNING run_state, cancel_pending, wake_latched
      ), ins AS (
        INSERT INTO session_events (session_key, seq, time, type, body)

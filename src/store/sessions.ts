@@ -156,6 +156,29 @@ export async function takeLease(db: Queryable, key: string, owner: string, ttlMs
   return toRow(rows[0])
 }
 
+/** The columns intake needs, with the inbox projection, locked FOR UPDATE in one statement. */
+export async function lockForIntake(db: Queryable, key: string): Promise<(LeanRow & { inbox: Inbox }) | undefined> {
+  const { rows } = await db.query<Raw>(
+    'SELECT key, next_seq, last_time, updated_at, run_state, cancel_pending, wake_latched, lease_owner, lease_token, open_turn, inbox FROM sessions WHERE key = $1 FOR UPDATE',
+    [key],
+  )
+  const r = rows[0]
+  if (!r) return undefined
+  return {
+    key: r.key as string,
+    nextSeq: r.next_seq as number,
+    lastTime: Number(r.last_time),
+    updatedAt: Number(r.updated_at),
+    runState: r.run_state as RunState,
+    cancelPending: r.cancel_pending as boolean,
+    wakeLatched: r.wake_latched as boolean,
+    leaseOwner: (r.lease_owner as string | null) ?? null,
+    leaseToken: Number(r.lease_token),
+    openTurn: (r.open_turn as number | null) ?? null,
+    inbox: JSON.parse(r.inbox as string) as Inbox,
+  }
+}
+
 /** The locked row's inbox projection. */
 export async function readInbox(db: Queryable, key: string): Promise<Inbox> {
   const { rows } = await db.query<{ inbox: string }>('SELECT inbox FROM sessions WHERE key = $1', [key])
