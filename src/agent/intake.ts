@@ -5,7 +5,7 @@
 import crypto from 'node:crypto'
 import { ApiError, sessionNotFound } from '../errors.js'
 import { canonicalJson, findPending, InboxError, planClear, planSplice, type Draft, type Inbox, type InboxTarget, type SplicedData, type UserMessage } from '../session/index.js'
-import { answerPending, findIdempotency, lockForIntake, recordIdempotency, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
+import { answerPending, appendConditional, findIdempotency, readForIntake, recordIdempotency, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 
@@ -48,16 +48,19 @@ export class Intake {
   /** Runs one locked transaction for a session; publishes its events after commit, in seq order. */
   private async locked<T>(key: string, id: string, fn: (tx: Queryable, row: LeanRow & { inbox: Inbox }) => Promise<Locked<T>>): Promise<T> {
     if (this.d.publisher.isPublishing(key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
-    return this.d.mutex.run(key, async () => {
-      const out = await this.d.db.transaction(async (tx) => {
-        const row = await lockForIntake(tx, key)
-        if (!row) throw sessionNotFound(id)
-        return fn(tx, row)
-      })
-      if (out.events?.length) this.d.publisher.committed({ key, id }, out.events)
-      out.after?.()
-      return out.result
+    return this.d.mutex.run(key, () => this.lockedTx(key, id, fn))
+  }
+
+  /** The transaction of locked(), for a caller that holds the session's mutex already. */
+  private async lockedTx<T>(key: string, id: string, fn: (tx: Queryable, row: LeanRow & { inbox: Inbox }) => Promise<Locked<T>>): Promise<T> {
+    const out = await this.d.db.transaction(async (tx) => {
+      const row = await readForIntake(tx, key, true)
+      if (!row) throw sessionNotFound(id)
+      return fn(tx, row)
     })
+    if (out.events?.length) this.d.publisher.committed({ key, id }, out.events)
+    out.after?.()
+    return out.result
   }
 
   private notify(key: string, id: string, name: string, payload: Record<string, unknown>): void {
@@ -66,50 +69,89 @@ export class Intake {
 
   /**
    * Delivery (API.md §5, SPEC §4.4). With `idempotency` (the client named the message), the same id
-   * and body answer the original {messageId, seq}; another body or route is 409.
+   * and body answer the original {messageId, seq}; another body or route is 409. The common case
+   * takes two statements: an optimistic read of the row, then one append conditioned on what was read.
    */
   async deliver(row: SessionRow, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<Accepted & { replayed: boolean }> {
     const { key, id } = row
-    return this.locked<Accepted & { replayed: boolean }>(key, id, async (tx, locked) => {
+    if (this.d.publisher.isPublishing(key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
+    return this.d.mutex.run(key, async () => {
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const snap = await readForIntake(this.d.db, key)
+        if (!snap) throw sessionNotFound(id)
+        if (idempotency) {
+          const rec = await findIdempotency(this.d.db, key, message.id)
+          if (rec) return this.replay(rec, route, idempotency)
+        }
+        const plan = this.planDelivery(snap, route, message)
+        const events = stamp(snap, plan.drafts)
+        let r
+        try {
+          r = await appendConditional(this.d.db, key, { nextSeq: snap.nextSeq, flags: { runState: snap.runState, cancelPending: snap.cancelPending } }, events, plan.patch, idempotency ? { messageId: message.id, route, bodyHash: idempotency.bodyHash } : undefined)
+        } catch (e) {
+          // a concurrent delivery with the same id won the idempotency record: read again
+          if ((e as { code?: string }).code === '23505' && idempotency) continue
+          throw e
+        }
+        if (!r) continue // the row moved meanwhile: read again
+        this.d.publisher.committed({ key, id }, r.events)
+        plan.after(key, id)
+        return { messageId: message.id, seq: r.events[0].seq, replayed: false }
+      }
+      return this.deliverLocked(row, route, message, idempotency)
+    })
+  }
+
+  private replay(rec: { messageId: string; route: string; bodyHash: string; seq: number }, route: DeliveryRoute, idempotency: { bodyHash: string }): Accepted & { replayed: boolean } {
+    if (rec.route !== route || rec.bodyHash !== idempotency.bodyHash) throw new ApiError('idempotency-conflict', `message id ${rec.messageId} was used before with another ${rec.route !== route ? 'route' : 'body'}`)
+    return { messageId: rec.messageId, seq: rec.seq, replayed: true }
+  }
+
+  /** The splice, row patch and after-commit work of a delivery, from the row as read. */
+  private planDelivery(snap: LeanRow & { inbox: Inbox }, route: DeliveryRoute, message: UserMessage) {
+    const wakes = ROUTE_WAKES[route]
+    // SPEC §4.4: waking input after a cancel request, while the cancelled activity closes, goes to next-turn and latches
+    const target: InboxTarget = wakes && snap.cancelPending ? 'next-turn' : ROUTE_TARGET[route]
+    const inbox = snap.inbox
+    let data: SplicedData
+    try {
+      data = planSplice(inbox, target, (target === 'next-turn' ? inbox.nextTurn : inbox.nextStep).length, 0, [message])!
+    } catch (e) {
+      if (e instanceof InboxError) throw new ApiError('idempotency-conflict', `message id ${message.id} is already pending`)
+      throw e
+    }
+    spliceInbox(inbox, data)
+    const patch: RowPatch = { inbox }
+    let wake = false
+    if (wakes) {
+      if (snap.runState === 'idle' && !snap.cancelPending) {
+        patch.runState = 'wanted'
+        wake = true
+      } else if (snap.runState === 'maintenance' || snap.cancelPending) patch.wakeLatched = true
+    }
+    return {
+      drafts: [{ type: 'agent/inbox/spliced', data: data as unknown as Draft['data'] }] as Draft[],
+      patch,
+      after: (key: string, id: string) => {
+        this.notify(key, id, 'agent/inbox/inserted', { message })
+        // the commit's doorbell lets a running driver fold the splice; an idle one needs a wake
+        if (wake) this.d.publisher.bus.wake(key)
+      },
+    }
+  }
+
+  /** The same delivery under the row lock, when optimism keeps losing races. */
+  private async deliverLocked(row: SessionRow, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<Accepted & { replayed: boolean }> {
+    const { key, id } = row
+    return this.lockedTx<Accepted & { replayed: boolean }>(key, id, async (tx, locked) => {
       if (idempotency) {
         const rec = await findIdempotency(tx, key, message.id)
-        if (rec) {
-          if (rec.route !== route || rec.bodyHash !== idempotency.bodyHash) throw new ApiError('idempotency-conflict', `message id ${message.id} was used before with another ${rec.route !== route ? 'route' : 'body'}`)
-          return { result: { messageId: rec.messageId, seq: rec.seq, replayed: true } }
-        }
+        if (rec) return { result: this.replay(rec, route, idempotency) }
       }
-      const wakes = ROUTE_WAKES[route]
-      // SPEC §4.4: waking input after a cancel request, while the cancelled activity closes, goes to next-turn and latches
-      const target: InboxTarget = wakes && locked.cancelPending ? 'next-turn' : ROUTE_TARGET[route]
-      const inbox = locked.inbox
-      let data: SplicedData | null
-      try {
-        const len = (target === 'next-turn' ? inbox.nextTurn : inbox.nextStep).length
-        data = planSplice(inbox, target, len, 0, [message])
-      } catch (e) {
-        if (e instanceof InboxError) throw new ApiError('idempotency-conflict', `message id ${message.id} is already pending`)
-        throw e
-      }
-      spliceInbox(inbox, data!)
-      const patch: RowPatch = { inbox }
-      let wake = false
-      if (wakes) {
-        if (locked.runState === 'idle' && !locked.cancelPending) {
-          patch.runState = 'wanted'
-          wake = true
-        } else if (locked.runState === 'maintenance' || locked.cancelPending) patch.wakeLatched = true
-      }
-      const events = await writeEvents(tx, locked, stamp(locked, [{ type: 'agent/inbox/spliced', data: data as unknown as Draft['data'] }]), patch)
+      const plan = this.planDelivery(locked, route, message)
+      const events = await writeEvents(tx, locked, stamp(locked, plan.drafts), plan.patch)
       if (idempotency) await recordIdempotency(tx, key, { messageId: message.id, route, bodyHash: idempotency.bodyHash, seq: events[0].seq })
-      return {
-        result: { messageId: message.id, seq: events[0].seq, replayed: false },
-        events,
-        after: () => {
-          this.notify(key, id, 'agent/inbox/inserted', { message })
-          // the commit's doorbell lets a running driver fold the splice; an idle one needs a wake
-          if (wake) this.d.publisher.bus.wake(key)
-        },
-      }
+      return { result: { messageId: message.id, seq: events[0].seq, replayed: false }, events, after: () => plan.after(key, id) }
     })
   }
 

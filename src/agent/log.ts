@@ -4,10 +4,12 @@
 
 import type { Logger } from 'pino'
 import { deepFreeze, LogError, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
-import { appendFenced, lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type StoredEvent } from '../store/index.js'
+import { appendConditional, lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 import { ledger, usageOf } from './sessions.js'
+
+type RowFlag = 'runState' | 'cancelPending' | 'wakeLatched'
 
 /** Thrown by a builder that needs the locked row while the fast path runs it. */
 const NEEDS_LOCK = Symbol('agentd.needsLock')
@@ -108,12 +110,21 @@ export class SessionLog {
    * A builder that stamps and folds each draft at once, collecting the undos. On the fast path `row`
    * is the last row this driver saw; reading it makes the append conditional on its flags.
    */
-  private builder(undos: Undo[], added: SessionEvent[], row: LeanRow | undefined, tx: Queryable | undefined, onRead?: () => void): UnitBuilder {
+  private builder(undos: Undo[], added: SessionEvent[], row: LeanRow | undefined, tx: Queryable | undefined, read?: Set<RowFlag>): UnitBuilder {
+    // on the fast path, record which flags the build looked at: only those condition the append
+    const view: LeanRow | undefined =
+      row && read
+        ? new Proxy(row, {
+            get(target, prop, receiver) {
+              if (prop === 'runState' || prop === 'cancelPending' || prop === 'wakeLatched') read.add(prop)
+              return Reflect.get(target, prop, receiver)
+            },
+          })
+        : row
     return {
       get row(): LeanRow {
-        if (!row) throw NEEDS_LOCK
-        onRead?.()
-        return row
+        if (!view) throw NEEDS_LOCK
+        return view
       },
       get tx(): Queryable {
         if (!tx) throw NEEDS_LOCK
@@ -155,9 +166,9 @@ export class SessionLog {
     }
     let out: { patch?: RowPatch; value?: T }
     const known = this.row
-    let readFlags = false
+    const read = new Set<RowFlag>()
     try {
-      out = build(this.builder(undos, added, known, undefined, () => (readFlags = true))) ?? {}
+      out = build(this.builder(undos, added, known, undefined, read)) ?? {}
     } catch (e) {
       undo()
       if (e === NEEDS_LOCK) return null
@@ -165,12 +176,15 @@ export class SessionLog {
     }
     if (!added.length) {
       undo()
+      // nothing to write (an empty claim, an admission with nothing new): no round trip at all
+      const patch = out.patch ?? {}
+      if (!Object.values(patch).some((v) => v !== undefined) && !read.size && this.row) return { events: [], value: out.value as T, row: this.row }
       return null
     }
     let r
     try {
-      const flags = readFlags && known ? { runState: known.runState, cancelPending: known.cancelPending, wakeLatched: known.wakeLatched } : undefined
-      r = await appendFenced(this.d.db, this.key, { nextSeq: added[0].seq, owner: this.lease.owner, token: this.lease.token, flags }, added, this.mirror(added, out.patch ?? {}))
+      const flags = read.size && known ? Object.fromEntries([...read].map((f) => [f, known[f]])) : undefined
+      r = await appendConditional(this.d.db, this.key, { nextSeq: added[0].seq, lease: this.lease, flags }, added, this.mirror(added, out.patch ?? {}))
     } catch (e) {
       undo()
       throw e

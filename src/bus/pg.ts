@@ -184,13 +184,16 @@ export class PgBus extends LocalHub {
     send()
   }
 
-  /** Sent on the listener's own connection, so NOTIFYs leave in the order they were made. */
+  private sending: Promise<unknown> = Promise.resolve()
+
+  /** Sent one after another on the listener's own connection, so NOTIFYs leave in the order made. */
   private notify(channel: string, payload: string): void {
     if (this.closed) return
-    const q: Promise<unknown> = this.client ? this.client.query('SELECT pg_notify($1, $2)', [channel, payload]) : this.o.db.query('SELECT pg_notify($1, $2)', [channel, payload])
-    q.catch((e) => {
-      this.o.log?.warn({ err: (e as Error).message, channel }, 'NOTIFY failed')
-    })
+    this.sending = this.sending
+      .then((): Promise<unknown> => (this.client ? this.client.query('SELECT pg_notify($1, $2)', [channel, payload]) : this.o.db.query('SELECT pg_notify($1, $2)', [channel, payload])))
+      .catch((e) => {
+        this.o.log?.warn({ err: (e as Error).message, channel }, 'NOTIFY failed')
+      })
   }
 
   override async close(): Promise<void> {

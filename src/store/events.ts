@@ -64,47 +64,64 @@ export async function writeEvents(tx: Queryable, row: LogPosition, events: reado
 }
 
 /**
- * The driver's append in ONE statement, without a transaction of its own: the row moves only if it
- * is still at `expect.nextSeq` under the caller's lease (nobody else appended, the lease holds), and
- * the events are inserted only if it moved. Returns the row flags, or null when the condition failed
- * (the caller then takes the locked path: lock, catch up, rebuild).
+ * An append in ONE statement, without a transaction of its own: the row moves only if it is still at
+ * `expect.nextSeq`, under the given lease (the driver's fence) and with the given flags (what the
+ * caller decided on), and the events (and an idempotency record) are inserted only if it moved.
+ * Returns the row flags, or null when a condition failed: the caller then reads again or takes the
+ * locked path. A duplicate idempotency record makes the statement fail as a whole.
  */
-export async function appendFenced(
+export async function appendConditional(
   db: Queryable,
   key: string,
-  expect: { nextSeq: number; owner: string; token: number; flags?: { runState: RunState; cancelPending: boolean; wakeLatched: boolean } },
+  expect: { nextSeq: number; lease?: { owner: string; token: number }; flags?: { runState?: RunState; cancelPending?: boolean; wakeLatched?: boolean } },
   events: readonly SessionEvent[],
   patch: RowPatch = {},
+  idempotency?: { messageId: string; route: string; bodyHash: string },
 ): Promise<{ events: StoredEvent[]; runState: RunState; cancelPending: boolean; wakeLatched: boolean } | null> {
   const out = events.map((e) => stored(e))
-  if (!out.length || out[0].seq !== expect.nextSeq) throw new Error('appendFenced needs events that continue the expected seq')
+  if (!out.length || out[0].seq !== expect.nextSeq) throw new Error('appendConditional needs events that continue the expected seq')
   const last = out[out.length - 1]
-  const params: unknown[] = [key, expect.nextSeq, expect.owner, expect.token]
-  // a unit that decided on row flags commits only if they still hold (optimistic, like the seq)
-  let flags = ''
-  if (expect.flags) {
-    params.push(expect.flags.runState, expect.flags.cancelPending, expect.flags.wakeLatched)
-    flags = ` AND run_state = $5 AND cancel_pending = $6 AND wake_latched = $7`
+  const params: unknown[] = [key, expect.nextSeq]
+  let where = 'key = $1 AND next_seq = $2'
+  if (expect.lease) {
+    params.push(expect.lease.owner, expect.lease.token)
+    where += ` AND lease_owner = $${params.length - 1} AND lease_token = $${params.length}`
+  }
+  const column = { runState: 'run_state', cancelPending: 'cancel_pending', wakeLatched: 'wake_latched' } as const
+  for (const [k, v] of Object.entries(expect.flags ?? {})) {
+    if (v === undefined) continue
+    params.push(v)
+    where += ` AND ${column[k as keyof typeof column]} = $${params.length}`
   }
   const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, patch, params)
+  let idem = ''
+  if (idempotency) {
+    params.push(idempotency.messageId, idempotency.route, idempotency.bodyHash, out[0].seq, Date.now())
+    const i = params.length
+    idem = `, idem AS (
+       INSERT INTO idempotency (session_key, message_id, route, body_hash, seq, created_at)
+       SELECT $1, $${i - 4}, $${i - 3}, $${i - 2}, $${i - 1}, $${i} WHERE EXISTS (SELECT 1 FROM moved)
+       RETURNING 1
+     )`
+  }
   params.push(out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), out.map((e) => e.json))
   const n = params.length
   const { rows } = await db.query<{ run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number }>(
     `WITH moved AS (
-       UPDATE sessions SET ${sets.join(', ')} WHERE key = $1 AND next_seq = $2 AND lease_owner = $3 AND lease_token = $4${flags}
+       UPDATE sessions SET ${sets.join(', ')} WHERE ${where}
        RETURNING run_state, cancel_pending, wake_latched
      ), ins AS (
        INSERT INTO session_events (session_key, seq, time, type, body)
        SELECT $1, e.seq, e.time, e.type, e.body FROM unnest($${n - 3}::int[], $${n - 2}::bigint[], $${n - 1}::text[], $${n}::text[]) AS e(seq, time, type, body)
        WHERE EXISTS (SELECT 1 FROM moved)
        RETURNING 1
-     )
+     )${idem}
      SELECT m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM ins) AS n FROM moved m`,
     params,
   )
   const r = rows[0]
   if (!r) return null
-  if (r.n !== out.length) throw new Error(`appendFenced inserted ${r.n} of ${out.length} events`)
+  if (r.n !== out.length) throw new Error(`appendConditional inserted ${r.n} of ${out.length} events`)
   return { events: out, runState: r.run_state, cancelPending: r.cancel_pending, wakeLatched: r.wake_latched }
 }
 

@@ -156,10 +156,13 @@ export async function takeLease(db: Queryable, key: string, owner: string, ttlMs
   return toRow(rows[0])
 }
 
-/** The columns intake needs, with the inbox projection, locked FOR UPDATE in one statement. */
-export async function lockForIntake(db: Queryable, key: string): Promise<(LeanRow & { inbox: Inbox }) | undefined> {
+/**
+ * The columns intake needs, with the inbox projection, in one statement: locked FOR UPDATE, or read
+ * optimistically (the append is then conditioned on next_seq and the flags it decided on).
+ */
+export async function readForIntake(db: Queryable, key: string, lock = false): Promise<(LeanRow & { inbox: Inbox }) | undefined> {
   const { rows } = await db.query<Raw>(
-    'SELECT key, next_seq, last_time, updated_at, run_state, cancel_pending, wake_latched, lease_owner, lease_token, open_turn, inbox FROM sessions WHERE key = $1 FOR UPDATE',
+    `SELECT key, next_seq, last_time, updated_at, run_state, cancel_pending, wake_latched, lease_owner, lease_token, open_turn, inbox FROM sessions WHERE key = $1${lock ? ' FOR UPDATE' : ''}`,
     [key],
   )
   const r = rows[0]
