@@ -58,7 +58,7 @@ export function registerStreamRoutes(app: FastifyInstance, deps: HttpDeps, loadS
     let status = statusOf(row)
     const sink: FeedSink = {
       durable: (e: FeedEvent) => t.durable(e),
-      live: (f: LiveFrame) => t.live(f.event, f.data),
+      live: (f: LiveFrame) => t.live(f),
       ready: async (headSeq: number) => {
         // the status as of now, then the in-flight snapshot (everything streamed so far)
         const fresh = await getSessionByKey(deps.db, row.key)
@@ -74,10 +74,10 @@ export function registerStreamRoutes(app: FastifyInstance, deps: HttpDeps, loadS
     // ready() is split: the async part (status) above; the frames below go out synchronously with
     // the switch to live, so no live frame can slip between the snapshot and the live stream
     sub.onReady = (headSeq: number) => {
-      t.live('stream/ready', { headSeq })
-      t.live('agent/status', { status })
+      t.live({ event: 'stream/ready', data: { headSeq } })
+      t.live({ event: 'agent/status', data: { status } })
       const snap = deps.snapshot(row.key)
-      if (snap) t.live(snap.event, snap.data)
+      if (snap) t.live(snap)
     }
     return sub
   }
@@ -96,23 +96,23 @@ export function registerStreamRoutes(app: FastifyInstance, deps: HttpDeps, loadS
     res.flushHeaders()
     let closed = false
     let pausedSince = 0
-    let corked = false
-    // frames written in one tick leave in one syscall
+    // frames of one event-loop turn leave together: one syscall per connection, however many frames
+    let pending: string[] = []
+    const flush = () => {
+      if (closed || !pending.length) return
+      const text = pending.length === 1 ? pending[0] : pending.join('')
+      pending = []
+      if (!res.write(text) && !pausedSince) pausedSince = Date.now()
+    }
     const write = (s: string) => {
       if (closed) return
-      if (!corked) {
-        corked = true
-        res.cork()
-        process.nextTick(() => {
-          corked = false
-          res.uncork()
-        })
-      }
-      if (!res.write(s) && !pausedSince) pausedSince = Date.now()
+      if (!pending.length) batch.add(flush)
+      pending.push(s)
     }
     const handle = {
       end(reason?: string) {
         if (closed) return
+        flush()
         if (reason === 'slow-consumer') res.write(`event: stream/error\ndata: {"code":"slow-consumer"}\n\n`)
         closed = true
         clearInterval(ping)
@@ -122,11 +122,11 @@ export function registerStreamRoutes(app: FastifyInstance, deps: HttpDeps, loadS
       },
     }
     const t: Transport = {
-      durable: (e) => write(`event: session/event\nid: ${e.seq}\ndata: ${e.json}\n\n`),
-      live: (event, data) => write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`),
+      durable: (e) => write(sseDurable(e)),
+      live: (f) => write(sseLive(f)),
       writable: () => {
         if (closed) return false
-        if (res.writableLength < HIGH_WATER) return true
+        if (res.writableLength + pending.length * 1024 < HIGH_WATER) return true
         if (pausedSince && Date.now() - pausedSince > SLOW_MS) handle.end('slow-consumer')
         return false
       },
@@ -170,8 +170,8 @@ export function registerStreamRoutes(app: FastifyInstance, deps: HttpDeps, loadS
       },
     }
     const t: Transport = {
-      durable: (e) => send(`{"event":"session/event","id":${e.seq},"data":${e.json}}`),
-      live: (event, data) => send({ event, data }),
+      durable: (e) => send(wsDurable(e)),
+      live: (f) => send(wsLive(f)),
       writable: () => !closed && socket.bufferedAmount < HIGH_WATER,
       end: (reason) => handle.end(reason),
     }
@@ -225,7 +225,40 @@ export function registerStreamRoutes(app: FastifyInstance, deps: HttpDeps, loadS
 
 interface Transport {
   durable(e: FeedEvent): void
-  live(event: string, data: unknown): void
+  live(frame: LiveFrame): void
   writable(): boolean
   end(reason?: string): void
 }
+
+/**
+ * Wire text of a frame, made once per event or frame object and shared by every subscriber of the
+ * process (a thousand subscribers must not serialize the same chunk a thousand times).
+ */
+function memo<K extends object>(fn: (k: K) => string): (k: K) => string {
+  const cache = new WeakMap<K, string>()
+  return (k) => {
+    let v = cache.get(k)
+    if (v === undefined) cache.set(k, (v = fn(k)))
+    return v
+  }
+}
+const sseDurable = memo((e: FeedEvent) => `event: session/event\nid: ${e.seq}\ndata: ${e.json}\n\n`)
+const sseLive = memo((f: LiveFrame) => `event: ${f.event}\ndata: ${JSON.stringify(f.data)}\n\n`)
+const wsDurable = memo((e: FeedEvent) => `{"event":"session/event","id":${e.seq},"data":${e.json}}`)
+const wsLive = memo((f: LiveFrame) => JSON.stringify({ event: f.event, data: f.data }))
+
+/** Flushes of every connection that was written to in this event-loop turn, run once at its end. */
+const batch = (() => {
+  let queue: Array<() => void> = []
+  const run = () => {
+    const q = queue
+    queue = []
+    for (const f of q) f()
+  }
+  return {
+    add(f: () => void) {
+      if (!queue.length) setImmediate(run)
+      queue.push(f)
+    },
+  }
+})()
