@@ -1,5 +1,6 @@
 // Composition: config → store, bus, hooks (cordis root), llm, tools, plugins, worker host, http.
 
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import pino, { type Logger } from 'pino'
@@ -103,7 +104,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     await loadServerPlugins(root, config.plugins)
     for (const p of o.plugins ?? []) p(root)
 
-    if (config.role !== 'api') {
+    {
       const agentDeps: AgentDeps = {
         db,
         publisher,
@@ -116,7 +117,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         makeLog: (key, id, state) => new SessionLog({ db, publisher, mutex, log, onAppend: (n) => metrics.appends.inc({}, n) }, key, id, state, { owner: '', token: 0 }),
       }
       host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
-      host.start()
+      // an api process drives nothing on its own; it only takes a session briefly for maintenance
+      if (config.role !== 'api') host.start()
       metrics.gauge('agentd_driven_sessions', 'Sessions whose driver runs in this process', () => host!.size)
     }
 
@@ -125,8 +127,15 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     prune.unref()
     cleanup.push(() => clearInterval(prune))
 
+    // the holder of a session serves compaction requests from any process
+    const offCommand = bus.onCommand((c) => {
+      const agent = c.kind === 'compact' ? host?.agent(c.sessionKey) : undefined
+      return agent ? compactAgent(agent, root) : undefined
+    })
+    cleanup.push(offCommand)
+
     const driver: DriverControl = {
-      compact: async (row: SessionRow) => compactNow(host, root, row),
+      compact: async (row: SessionRow) => compactNow(host!, bus, root, row, config.role === 'api'),
       deleted: async (row: SessionRow) => {
         host?.deleted(row.key)
         bus.poke(row.key)
@@ -169,20 +178,36 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
   }
 }
 
-/** SPEC §12.7 via the driver: manual compaction while idle, by the compaction plugin when loaded. */
-async function compactNow(host: WorkerHost | undefined, root: Context, row: SessionRow): Promise<{ compacted: boolean }> {
-  if (!host) throw new ApiError('session-busy', 'this process drives no sessions (AGENTD_ROLE=api); try a worker')
-  const agent: Agent | null = host.agent(row.key) ?? (await host.claim(row.key))
-  if (!agent) throw new ApiError('session-busy', 'another process drives this session right now; try again')
+/** SPEC §12.7: manual compaction as maintenance of an idle Agent, by the compaction plugin when loaded. */
+async function compactAgent(agent: Agent, root: Context): Promise<boolean> {
   if (agent.busy) throw new ApiError('session-busy', 'a turn is running; compaction runs while idle')
   if (agent.state.openCompaction) throw new ApiError('session-busy', 'a compaction is in progress')
   const compact = (root as unknown as Record<symbol, Compactor | undefined>)[COMPACTOR]
-  if (!compact) return { compacted: false }
+  if (!compact) return false
   try {
-    return { compacted: await compact(agent) }
+    return await compact(agent)
   } catch (e) {
     if (e instanceof Error && /maintenance needs an idle Agent/.test(e.message)) throw new ApiError('session-busy', 'a turn is running; compaction runs while idle')
     throw new ApiError('internal', `compaction failed: ${errorChain(e)}`)
+  }
+}
+
+/**
+ * POST …/compact: the process that holds the session compacts it (this one, or another asked over the
+ * bus); when nobody holds it, this process takes it, compacts and, in an api process, hands it back.
+ */
+async function compactNow(host: WorkerHost, bus: Bus, root: Context, row: SessionRow, transient: boolean): Promise<{ compacted: boolean }> {
+  const out = await bus.command({ id: crypto.randomUUID(), kind: 'compact', sessionKey: row.key })
+  if (out.ok) return { compacted: out.result === true }
+  if (out.reason === 'error') throw new ApiError(out.error.code === 'session-busy' ? 'session-busy' : 'internal', out.error.message)
+  if (out.reason === 'timeout') throw new ApiError('unavailable', 'the process driving this session did not finish the compaction in time')
+  const agent = await host.claim(row.key)
+  if (!agent) throw new ApiError('session-busy', 'another process drives this session right now; try again')
+  try {
+    return { compacted: await compactAgent(agent, root) }
+  } finally {
+    // an api process hands the session back at once: it renews no leases
+    if (transient) await host.drop(row.key, { release: true })
   }
 }
 

@@ -27,7 +27,22 @@ export interface SessionListener {
   poke?(): void
 }
 
+/** A request for the process that holds a session's lease (e.g. manual compaction). */
+export interface Command {
+  id: string
+  kind: string
+  sessionKey: string
+}
+
+/** A handler answers a command it can serve with a promise of the result, else undefined. */
+export type CommandHandler = (c: Command) => Promise<unknown> | undefined
+
+export type CommandOutcome = { ok: true; result: unknown } | { ok: false; reason: 'no-holder' | 'timeout' } | { ok: false; reason: 'error'; error: { code?: string; message: string } }
+
 export interface Bus {
+  /** runs a command where the session is held: this process or another one */
+  command(c: Command, o?: { ackMs?: number; doneMs?: number }): Promise<CommandOutcome>
+  onCommand(handler: CommandHandler): () => void
   tap(fn: (sessionKey: string, frame: LiveFrame) => void): () => void
   subscribe(sessionKey: string, l: SessionListener): () => void
   /** after commit: local listeners get the events, other processes a coalesced doorbell */
@@ -46,6 +61,30 @@ export interface Bus {
 export class LocalHub implements Bus {
   private readonly sessions = new Map<string, Set<SessionListener>>()
   private readonly wakeHandlers = new Set<(k: string) => void>()
+  private readonly commandHandlers = new Set<CommandHandler>()
+
+  onCommand(handler: CommandHandler): () => void {
+    this.commandHandlers.add(handler)
+    return () => this.commandHandlers.delete(handler)
+  }
+
+  /** Runs a command with this process's handlers; undefined when none serves it. */
+  protected runLocal(c: Command): Promise<CommandOutcome> | undefined {
+    for (const h of this.commandHandlers) {
+      const p = h(c)
+      if (p) {
+        return p.then(
+          (result) => ({ ok: true, result }) as CommandOutcome,
+          (e) => ({ ok: false, reason: 'error', error: { code: (e as { code?: string })?.code, message: (e as Error)?.message ?? String(e) } }) as CommandOutcome,
+        )
+      }
+    }
+    return undefined
+  }
+
+  async command(c: Command): Promise<CommandOutcome> {
+    return (await this.runLocal(c)) ?? { ok: false, reason: 'no-holder' }
+  }
   private readonly taps = new Set<(sessionKey: string, frame: LiveFrame) => void>()
 
   /** Sees every live frame of every session, local or remote, before subscribers do. */
@@ -142,5 +181,6 @@ export class LocalHub implements Bus {
   async close(): Promise<void> {
     this.sessions.clear()
     this.wakeHandlers.clear()
+    this.commandHandlers.clear()
   }
 }

@@ -7,7 +7,7 @@ import crypto from 'node:crypto'
 import pg from 'pg'
 import type { Db } from '../store/index.js'
 import type { StoredEvent } from '../store/index.js'
-import { LocalHub, type LiveFrame } from './local.js'
+import { LocalHub, type Command, type CommandOutcome, type LiveFrame } from './local.js'
 
 const CHANNEL = 'agentd_bus'
 const CH_WAKE = 'agentd_wake'
@@ -90,14 +90,17 @@ export class PgBus extends LocalHub {
   private receive(channel: string, payload: string): void {
     // our own notifications come back too; skip them before parsing
     if (payload.startsWith(`{"o":"${this.origin}"`)) return
-    let m: Batch & { s?: string }
+    let m: Batch & { s?: string; cmd?: Command; ack?: string; done?: string; out?: CommandOutcome }
     try {
       m = JSON.parse(payload)
     } catch {
       return
     }
     if (channel === CH_WAKE) {
-      if (m.s) this.deliverWake(m.s)
+      if (m.cmd) this.serve(m.cmd, m.o)
+      else if (m.ack) this.calls.get(m.ack)?.ack()
+      else if (m.done) this.calls.get(m.done)?.done(m.out!)
+      else if (m.s) this.deliverWake(m.s)
       return
     }
     for (const [s, f] of m.f ?? []) this.deliverLive(s, f)
@@ -127,6 +130,41 @@ export class PgBus extends LocalHub {
   override wake(sessionKey: string): void {
     super.wake(sessionKey)
     this.notify(CH_WAKE, JSON.stringify({ o: this.origin, s: sessionKey }))
+  }
+
+  private readonly calls = new Map<string, { ack(): void; done(o: CommandOutcome): void }>()
+
+  /**
+   * Runs a command here if this process holds the session, else asks the others: the holder
+   * acknowledges within ackMs and answers within doneMs; silence means nobody holds it.
+   */
+  override async command(c: Command, o: { ackMs?: number; doneMs?: number } = {}): Promise<CommandOutcome> {
+    const local = this.runLocal(c)
+    if (local) return local
+    return new Promise<CommandOutcome>((resolve) => {
+      const finish = (out: CommandOutcome) => {
+        clearTimeout(timer)
+        this.calls.delete(c.id)
+        resolve(out)
+      }
+      let timer = setTimeout(() => finish({ ok: false, reason: 'no-holder' }), o.ackMs ?? 1000)
+      this.calls.set(c.id, {
+        ack: () => {
+          clearTimeout(timer)
+          timer = setTimeout(() => finish({ ok: false, reason: 'timeout' }), o.doneMs ?? 600000)
+        },
+        done: finish,
+      })
+      this.notify(CH_WAKE, JSON.stringify({ o: this.origin, cmd: c }))
+    })
+  }
+
+  /** Another process's command: served (acknowledged, then answered) when this process holds the session. */
+  private serve(c: Command, from: string): void {
+    const p = this.runLocal(c)
+    if (!p) return
+    this.notify(CH_WAKE, JSON.stringify({ o: this.origin, to: from, ack: c.id }))
+    void p.then((out) => this.notify(CH_WAKE, JSON.stringify({ o: this.origin, to: from, done: c.id, out })))
   }
 
   /** Leading edge at once when the bus was quiet, then at most one flush per window. */

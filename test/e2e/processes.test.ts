@@ -347,11 +347,35 @@ describe('agentd processes on one PostgreSQL', () => {
 describe('three processes under load', () => {
   let c: Cluster
   beforeAll(async () => {
-    c = await startCluster({ processes: 3, env: { AGENTD_LEASE_TTL_MS: '15000', AGENTD_IDLE_RELEASE_MS: '300' } })
+    c = await startCluster({ processes: 3, env: { AGENTD_LEASE_TTL_MS: '15000' } })
   }, 90000)
   afterAll(async () => {
     await c?.close()
   }, 60000)
+
+  it('POST compact on the process that does not drive the session: the holder compacts it, no new loop instance', async () => {
+    const s = await c.createSession(0)
+    const long = 'x'.repeat(3000)
+    c.llm.script(s.marker, { chunks: [long] }, { chunks: [long] }, { chunks: [long] })
+    for (let turn = 1; turn <= 3; turn++) {
+      expect((await c.api(0, 'POST', `/v1/sessions/${s.id}/followup`, { content: `turn ${turn} ${long}` })).status).toBe(202)
+      await c.waitForTurnEnd(0, s.id, turn)
+    }
+    const driver = await c.waitForHolder(s.id)
+    const other = (driver + 1) % 3
+    const before = await c.events(other, s.id)
+    c.llm.script(s.marker, { chunks: ['a short summary of three long turns'] })
+    const r = await c.api(other, 'POST', `/v1/sessions/${s.id}/compact`)
+    expect(r.status).toBe(202)
+    expect(r.body).toEqual({ compacted: true })
+    const after = await c.events(other, s.id)
+    const added = after.slice(before.length).map((e: { type: string }) => e.type)
+    // the driving process ran it as maintenance of its own loop instance: no session/end-seed
+    expect(added).toEqual(['compaction/start', 'compaction/summary', 'user/message', 'compaction/end'])
+    expect(await c.waitForHolder(s.id)).toBe(driver)
+    expectValidLog(after)
+  })
+
 
   it('no session ever has two turns open: 20 sessions x 10 followups round-robin over 3 processes', async () => {
     const SESSIONS = 20
