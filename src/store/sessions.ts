@@ -126,13 +126,9 @@ export interface LeanRow {
   openTurn: number | null
 }
 
-export async function lockLean(db: Queryable, key: string): Promise<LeanRow | undefined> {
-  const { rows } = await db.query<Raw>(
-    'SELECT key, next_seq, last_time, updated_at, run_state, cancel_pending, wake_latched, lease_owner, lease_token, open_turn FROM sessions WHERE key = $1 FOR UPDATE',
-    [key],
-  )
-  const r = rows[0]
-  if (!r) return undefined
+const LEAN = 'key, next_seq, last_time, updated_at, run_state, cancel_pending, wake_latched, lease_owner, lease_token, open_turn'
+
+function toLean(r: Raw): LeanRow {
   return {
     key: r.key as string,
     nextSeq: r.next_seq as number,
@@ -145,6 +141,11 @@ export async function lockLean(db: Queryable, key: string): Promise<LeanRow | un
     leaseToken: Number(r.lease_token),
     openTurn: (r.open_turn as number | null) ?? null,
   }
+}
+
+export async function lockLean(db: Queryable, key: string): Promise<LeanRow | undefined> {
+  const { rows } = await db.query<Raw>(`SELECT ${LEAN} FROM sessions WHERE key = $1 FOR UPDATE`, [key])
+  return rows[0] ? toLean(rows[0]) : undefined
 }
 
 /** The database clock in epoch ms: lease times never depend on a process's clock. */
@@ -161,25 +162,9 @@ export async function takeLease(db: Queryable, key: string, owner: string, ttlMs
  * optimistically (the append is then conditioned on next_seq and the flags it decided on).
  */
 export async function readForIntake(db: Queryable, key: string, lock = false): Promise<(LeanRow & { inbox: Inbox }) | undefined> {
-  const { rows } = await db.query<Raw>(
-    `SELECT key, next_seq, last_time, updated_at, run_state, cancel_pending, wake_latched, lease_owner, lease_token, open_turn, inbox FROM sessions WHERE key = $1${lock ? ' FOR UPDATE' : ''}`,
-    [key],
-  )
+  const { rows } = await db.query<Raw>(`SELECT ${LEAN}, inbox FROM sessions WHERE key = $1${lock ? ' FOR UPDATE' : ''}`, [key])
   const r = rows[0]
-  if (!r) return undefined
-  return {
-    key: r.key as string,
-    nextSeq: r.next_seq as number,
-    lastTime: Number(r.last_time),
-    updatedAt: Number(r.updated_at),
-    runState: r.run_state as RunState,
-    cancelPending: r.cancel_pending as boolean,
-    wakeLatched: r.wake_latched as boolean,
-    leaseOwner: (r.lease_owner as string | null) ?? null,
-    leaseToken: Number(r.lease_token),
-    openTurn: (r.open_turn as number | null) ?? null,
-    inbox: JSON.parse(r.inbox as string) as Inbox,
-  }
+  return r ? { ...toLean(r), inbox: JSON.parse(r.inbox as string) as Inbox } : undefined
 }
 
 /** The locked row's inbox projection. */
