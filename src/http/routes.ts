@@ -2,9 +2,7 @@
 
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { ApiError, badRequest } from '../errors.js'
-import { bodyHash, type DeliveryRoute } from '../agent/intake.js'
-import { idempotencyMessageId, InputError, normalizeContent, toUserMessage } from '../agent/messages.js'
-import { sessionObject } from '../agent/sessions.js'
+import { bodyHash, idempotencyMessageId, InputError, normalizeContent, sessionObject, toUserMessage, type DeliveryRoute } from '../agent/index.js'
 import { decodeCursor, deleteSession, getSession, listPending, listSessions, patchSession, readInbox, type SessionRow } from '../store/index.js'
 import { assertLosslessJson, type JsonObject } from '../session/index.js'
 import type { HttpDeps } from './app.js'

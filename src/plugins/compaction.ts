@@ -7,7 +7,7 @@ import crypto from 'node:crypto'
 import type { Context } from 'cordis'
 import { agentOf, errorChain, newMessageId, type Agent } from '../agent/index.js'
 import { assembleBlocks, estimateText, nodeTokens, type ContentBlock, type Json, type LlmFailure, type Message, type SessionState, type StreamChunk, type SurfaceNode, type TokenUsage } from '../session/index.js'
-import type { LlmRequest, LlmService } from '../llm/types.js'
+import type { LlmRequest, LlmService } from '../llm/index.js'
 import { PRUNER, type Pruner } from './tool-result-pruner.js'
 
 export interface CompactionConfig {

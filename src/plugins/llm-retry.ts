@@ -5,7 +5,7 @@ import crypto from 'node:crypto'
 import type { Context } from 'cordis'
 import { agentOf } from '../agent/index.js'
 import { canonicalJson, retryKey, type LlmFailure } from '../session/index.js'
-import type { RetryPolicy } from '../llm/types.js'
+import type { RetryPolicy } from '../llm/index.js'
 
 interface Payload {
   agent: unknown

@@ -4,7 +4,7 @@
 import http from 'node:http'
 import https from 'node:https'
 import net from 'node:net'
-import type { ContentBlock } from '../session/types.js'
+import type { ContentBlock } from '../session/index.js'
 import { defaultResolver, type HostPolicy, type Resolver } from './hosts.js'
 
 export const DEFAULT_HTTP_TOOL_TIMEOUT_MS = 30000

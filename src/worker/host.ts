@@ -9,7 +9,7 @@ import { Agent, attach, errorChain, LeaseLostError, type AgentDeps, type AgentSp
 import type { Bus } from '../bus/index.js'
 import { getSessionByKey, NOW_MS, takeLease, type Db, type Queryable, type SessionRow } from '../store/index.js'
 import type { KeyedMutex, Publisher } from '../agent/index.js'
-import type { Metrics } from '../http/metrics.js'
+import type { Metrics } from '../metrics.js'
 
 
 export interface HostOptions {
