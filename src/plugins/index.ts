@@ -65,7 +65,8 @@ export async function loadServerPlugins(root: Context, modules: string[]): Promi
       const p = mod.default as PluginObject | PluginFunction | undefined
       if (!p || (typeof p !== 'function' && typeof (p as PluginObject).apply !== 'function')) throw new Error('its default export must be a function (ctx, config) or an object {name, apply(ctx, config)}')
       const own = typeof p === 'function' ? p.name : (p as PluginObject).name
-      const name = own && own !== 'default' ? own : path.basename(abs).replace(/\.[^.]+$/, '')
+      // an anonymous default export is named 'default' (or a bundler's __…__ name): use the file name
+      const name = own && own !== 'default' && !own.startsWith('__') ? own : path.basename(abs).replace(/\.[^.]+$/, '')
       applyPlugin(root, name, p)
       names.push(name)
     } catch (e) {

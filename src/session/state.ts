@@ -4,17 +4,12 @@
 
 import { applySplice, emptyInbox, InboxError, unapplySplice } from './inbox.js'
 import { assertLosslessJson, deepFreeze } from './json.js'
+import { checkEventShape, LogError } from './catalogue.js'
 import { checkSurfaceEvent, project, SurfaceError, type SurfaceNode } from './surface.js'
 import type { ContentBlock, EpochHeader, Inbox, Message, SessionEvent, SplicedData, TokenUsage, ToolCallBlock, UserMessage } from './types.js'
 
 export type Undo = () => void
 
-export class LogError extends Error {
-  constructor(message: string) {
-    super(message)
-    this.name = 'LogError'
-  }
-}
 
 export const SNAPSHOT_SOURCE = { kind: 'plugin', plugin: 'system-prompt', form: 'snapshot' } as const
 
@@ -94,6 +89,7 @@ export class SessionState {
     if (e.seq !== this.nextSeq) throw new LogError(`event seq ${e.seq} does not follow ${this.headSeq}`)
     if (typeof e.time !== 'number' || e.time < this.lastTime) throw new LogError(`event time ${e.time} decreases (previous ${this.lastTime})`)
     assertLosslessJson(e.data, 'data')
+    checkEventShape(e.type, e.data)
     deepFreeze(e.data) // messages are deep-frozen (SPEC §3.3); so are stored events (§3.1.5)
     const range = checkSurfaceEvent(this.nodes, e)
     const undos: Undo[] = []
@@ -292,4 +288,4 @@ export function snapshotText(m: UserMessage): string {
   return (m.content ?? []).map((b) => (b.type === 'text' ? b.text : '')).join('')
 }
 
-export { SurfaceError, InboxError }
+export { SurfaceError, InboxError, LogError }
