@@ -8,20 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { PgBus } from '../../src/bus/index.js'
 import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-const gate = () => {
-  let open!: () => void
-  const promise = new Promise<void>((r) => (open = r))
-  return { promise, open }
-}
-async function until(what: string, cond: () => boolean | Promise<boolean>, timeoutMs = 10000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out: ${what}`)
-    await sleep(10)
-  }
-}
+import { gate } from '../helpers/scripted.js'
+import { until } from '../helpers/wait.js'
 
 describe('PgBus listener reset (pg)', () => {
   let driver: TestApp

@@ -14,22 +14,10 @@ import { insertSession, NOW_MS, readEvents, type Db } from '../../src/store/inde
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { DB_KINDS, openTestDb, type TestDb } from '../helpers/db.js'
 import { expectValidLog } from '../helpers/invariants.js'
+import { gate } from '../helpers/scripted.js'
+import { until } from '../helpers/wait.js'
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 const msg = (id: string, text: string): UserMessage => ({ id, role: 'user', content: [{ type: 'text', text }], source: { kind: 'user' } })
-const gate = () => {
-  let open!: () => void
-  const promise = new Promise<void>((r) => (open = r))
-  return { promise, open }
-}
-
-async function until(what: string, cond: () => boolean | Promise<boolean>, timeoutMs = 10000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out: ${what}`)
-    await sleep(20)
-  }
-}
 
 describe.each(DB_KINDS)('SessionLog fencing on %s', (kind) => {
   let t: TestDb
@@ -144,7 +132,7 @@ describe.each(DB_KINDS)('a worker host that lost its lease on %s', (kind) => {
     expect((await lease(key)).owner).toBe(host.owner)
 
     const stolen = await steal(key)
-    await until('the host dropped the Agent after its renewal failed', () => host.agent(key) === undefined, 5000)
+    await until('the host dropped the Agent after its renewal failed', () => host.agent(key) === undefined, 5000, 20)
     const atSteal = await t.events(s.id)
 
     const r = await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'two' })
@@ -182,7 +170,7 @@ describe.each(DB_KINDS)('a worker host that lost its lease on %s', (kind) => {
     const stolen = await steal(key)
     // the model answers at once: the settlement meets the fence
     g.open()
-    await until('the Agent stopped', () => host.agent(key) === undefined, 5000)
+    await until('the Agent stopped', () => host.agent(key) === undefined, 5000, 20)
 
     const evs = await t.waitFor(s.id, (e) => e.type === 'session/end-seed', STOLEN_FOR_MS + 8000)
     expectValidLog(evs)

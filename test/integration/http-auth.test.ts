@@ -2,7 +2,6 @@
 // keys, admin routes, ?access_token on stream and ws only, and tenant isolation on every session route.
 
 import pino from 'pino'
-import WebSocket from 'ws'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { loadConfig } from '../../src/config.js'
 import { startApp } from '../../src/app.js'
@@ -11,6 +10,7 @@ import { DB_KINDS, openTestDb } from '../helpers/db.js'
 import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
+import { wsAttempt } from '../helpers/ws.js'
 
 /** A GET that must not be an open stream: answers status and parsed body, aborting a 200 stream. */
 async function probe(url: string, headers: Record<string, string>): Promise<{ status: number; body: any }> {
@@ -28,29 +28,6 @@ async function probe(url: string, headers: Record<string, string>): Promise<{ st
     body = undefined
   }
   return { status: res.status, body }
-}
-
-/** Opens a WebSocket; resolves 'open' or the HTTP status (and body) the server refused the upgrade with. */
-function wsAttempt(url: string, headers: Record<string, string> = {}): Promise<{ open: true; ws: WebSocket } | { open: false; status: number; body: any }> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { headers })
-    ws.on('open', () => resolve({ open: true, ws }))
-    ws.on('unexpected-response', (_req, res) => {
-      let text = ''
-      res.setEncoding('utf8')
-      res.on('data', (c: string) => (text += c))
-      res.on('end', () => {
-        let body: any
-        try {
-          body = JSON.parse(text)
-        } catch {
-          body = undefined
-        }
-        resolve({ open: false, status: res.statusCode ?? 0, body })
-      })
-    })
-    ws.on('error', (e) => reject(e))
-  })
 }
 
 const wsUrl = (httpUrl: string) => httpUrl.replace(/^http/, 'ws')

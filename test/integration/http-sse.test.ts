@@ -7,28 +7,9 @@ import { DB_KINDS } from '../helpers/db.js'
 import { openSse, startTestApp, type SseFrame, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
+import { expand } from '../helpers/events.js'
 
 type Sse = Awaited<ReturnType<typeof openSse>>
-
-/** Expands compact stream records (SPEC §9.4) into timed chunks. */
-function expand(records: any[]): Array<{ time: number; chunk: any }> {
-  const out: Array<{ time: number; chunk: any }> = []
-  for (const r of records) {
-    if (r.type === 'chunk') {
-      out.push({ time: r.time, chunk: r.chunk })
-      continue
-    }
-    let time = r.time0
-    const items: string[] = r.type === 'tool-call-chunks' ? r.args : r.texts
-    items.forEach((item, i) => {
-      time += r.dt[i]
-      if (r.type === 'text-chunks') out.push({ time, chunk: { type: 'text-delta', index: r.index, text: item } })
-      else if (r.type === 'reasoning-chunks') out.push({ time, chunk: { type: 'reasoning-delta', index: r.index, text: item } })
-      else out.push({ time, chunk: { type: 'tool-call-delta', index: r.index, id: r.id, ...(i === 0 && r.name !== undefined ? { name: r.name } : {}), argumentsDelta: item } })
-    })
-  }
-  return out
-}
 
 const durable = (frames: SseFrame[]) => frames.filter((f) => f.event === 'session/event')
 const streamFrames = (frames: SseFrame[], kind?: string) => frames.filter((f) => f.event === 'agent/assistant-stream' && (!kind || f.json.kind === kind))

@@ -7,6 +7,7 @@ import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
+import { upgradeStatus } from '../helpers/ws.js'
 
 interface WsFrame {
   event: string
@@ -72,32 +73,6 @@ function connect(url: string, headers: Record<string, string> = {}): Promise<Cli
     )
     ws.on('unexpected-response', (_req, res) => reject(Object.assign(new Error(`refused: ${res.statusCode}`), { status: res.statusCode })))
     ws.on('error', (e) => reject(e))
-  })
-}
-
-/** The HTTP status of a refused upgrade (or 101 when it was accepted). */
-function upgradeStatus(url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: any }> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { headers })
-    ws.on('open', () => {
-      ws.close()
-      resolve({ status: 101, body: undefined })
-    })
-    ws.on('unexpected-response', (_req, res) => {
-      let text = ''
-      res.setEncoding('utf8')
-      res.on('data', (c: string) => (text += c))
-      res.on('end', () => {
-        let body: any
-        try {
-          body = JSON.parse(text)
-        } catch {
-          body = undefined
-        }
-        resolve({ status: res.statusCode ?? 0, body })
-      })
-    })
-    ws.on('error', reject)
   })
 }
 

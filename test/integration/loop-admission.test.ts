@@ -5,110 +5,12 @@
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
-import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
+import type { TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
-import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
-import { agentOf, LOOP_REQUEST, type Agent } from '../../src/agent/index.js'
-import type { Context } from '../../src/hooks/index.js'
-
-// ---------------------------------------------------------------------------------------------
-// Shared test scaffolding (each file carries its own copy)
-
-type Ev = { seq: number; time: number; type: string; data: any; surfaceOp?: any; sourceEventSeqs?: number[] }
-
-/** Per-session behaviour of the test plugin's listeners (absent: delegate). */
-interface Ctl {
-  preStep?: (p: any, next: (p?: unknown) => Promise<any>) => unknown
-  request?: (p: any, next: (p?: unknown) => Promise<any>) => unknown
-  assemble?: (a: any, next: (p?: unknown) => Promise<any>, c: any) => unknown
-  /** keep the test-* plugin sections (other sessions never see them) */
-  sections?: boolean
-  turnStopping?: (p: any) => unknown
-  preExecute?: (p: any, next: (p?: unknown) => Promise<any>) => unknown
-  tool?: (name: string, args: any, tc: any) => unknown
-}
-
-const types = (evs: Ev[]) => evs.map((e) => e.type)
-const ofType = (evs: Ev[], type: string) => evs.filter((e) => e.type === type)
-const textOf = (m: any) => (m?.content ?? []).map((b: any) => b.text ?? '').join('')
-
-/** The events of turn n, turn/start through turn/end. */
-function turnOf(evs: Ev[], n: number): Ev[] {
-  const a = evs.findIndex((e) => e.type === 'turn/start' && e.data.turn === n)
-  const b = evs.findIndex((e) => e.type === 'turn/end' && e.data.turn === n)
-  if (a < 0 || b < 0) throw new Error(`turn ${n} is not in the log: ${types(evs).join(' ')}`)
-  return evs.slice(a, b + 1)
-}
-
-async function until<T>(fn: () => T | undefined | false | Promise<T | undefined | false>, what: string, timeoutMs = 10000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 10))
-  }
-}
-
-interface Harness {
-  t: TestApp
-  route: Route
-  problems: string[]
-  /** loop requests the reconstruction check examined */
-  seen: { n: number }
-  ctl: Map<string, Ctl>
-  /** agentd-level loop requests (role 'system' messages included), per session */
-  loopRequests: Map<string, any[]>
-  key(id: string): Promise<string>
-  agent(id: string): Promise<Agent>
-  post(id: string, route: string, body?: unknown): Promise<any>
-  sse(id: string): Promise<Awaited<ReturnType<typeof openSse>>>
-  log(id: string): Promise<Ev[]>
-}
-
-function testPlugin(ctl: Map<string, Ctl>, loopRequests: Map<string, any[]>) {
-  return (root: Context) => {
-    root.plugin({
-      name: 'test-ctl',
-      apply(ctx: any) {
-        const wf = (hook: string, k: 'preStep' | 'request' | 'preExecute') =>
-          ctx.hooks.waterfall(hook, (p: any, next: any) => {
-            const h = ctl.get(p.agent.id)?.[k]
-            return h ? h(p, next) : next()
-          })
-        wf('agent/pre-step', 'preStep')
-        wf('agent/request', 'request')
-        wf('tools/pre-execute', 'preExecute')
-        ctx.hooks.waterfall('system-prompt/assemble', (a: any, next: any, c: any) => {
-          const entry = ctl.get(c.agent.id)
-          if (!entry?.sections) a.sections = a.sections.filter((s: any) => !String(s.name).startsWith('test-'))
-          return entry?.assemble ? entry.assemble(a, next, c) : next()
-        })
-        ctx.hooks.serial('agent/turn-stopping', (p: any) => ctl.get(p.agent.id)?.turnStopping?.(p))
-        ctx.hooks.waterfall('llm/stream', (req: any, next: any) => {
-          if (req[LOOP_REQUEST]) {
-            const l = loopRequests.get(req.sessionId) ?? []
-            l.push(req)
-            loopRequests.set(req.sessionId, l)
-          }
-          return next()
-        })
-        for (const name of ['work', 'conclude']) {
-          ctx.tools.register({
-            name,
-            description: `the ${name} tool`,
-            parameters: { type: 'object', properties: {} },
-            execute: (args: any, tc: any) => {
-              const h = ctl.get(tc.sessionId)?.tool
-              if (h) return h(name, args, tc)
-              return name === 'conclude' ? { content: 'concluded', concludesTurn: true } : { content: `${name} ok` }
-            },
-          })
-        }
-      },
-    })
-  }
-}
+import { ofType, textOf, turnOf, types, type Ev } from '../helpers/events.js'
+import { harness, type Harness } from '../helpers/loop.js'
+import { until } from '../helpers/wait.js'
+import { agentOf } from '../../src/agent/index.js'
 
 /**
  * Route capability for tests. agentd's scripted route is a pi-ai route, which is plain (SPEC §8.4,
@@ -140,52 +42,15 @@ function patchRoutes(t: TestApp): Route {
   return route
 }
 
-async function harness(kind: 'pg' | 'pglite'): Promise<Harness> {
-  const problems: string[] = []
-  const seen = { n: 0 }
-  const ctl = new Map<string, Ctl>()
-  const loopRequests = new Map<string, any[]>()
-  const t = await startTestApp({
-    kind,
-    models: [{ id: 'scripted' }, { id: 'other' }],
-    plugins: [(root, db) => reconstructionCheck(db, problems, seen)(root), (root) => testPlugin(ctl, loopRequests)(root)],
-  })
-  const keys = new Map<string, string>()
-  const h: Harness = {
-    t,
-    route: patchRoutes(t),
-    problems,
-    seen,
-    ctl,
-    loopRequests,
-    async key(id) {
-      let k = keys.get(id)
-      if (!k) {
-        const r = await t.app.db.query<{ key: string }>('SELECT key FROM sessions WHERE id = $1', [id])
-        k = r.rows[0].key
-        keys.set(id, k)
-      }
-      return k
-    },
-    async agent(id) {
-      const key = await h.key(id)
-      return (t.app.host!.agent(key) ?? (await t.app.host!.claim(key)))!
-    },
-    async post(id, route, body) {
-      const r = await t.api('POST', `/v1/sessions/${id}/${route}`, body)
-      expect(r.status, `${route}: ${r.text}`).toBe(202)
-      return r.body
-    },
-    async sse(id) {
-      const s = await openSse(`${t.url}/v1/sessions/${id}/stream`, { authorization: `Bearer ${t.key}` })
-      await s.waitFor((f) => f.event === 'stream/ready')
-      return s
-    },
-    log: (id) => t.events(id) as Promise<Ev[]>,
-  }
-  return h
+interface AdmissionHarness extends Harness {
+  route: Route
 }
 
+/** The loop harness with the route capability patched in (see Route). */
+async function admissionHarness(kind: 'pg' | 'pglite'): Promise<AdmissionHarness> {
+  const h = await harness(kind)
+  return Object.assign(h, { route: patchRoutes(h.t) })
+}
 
 /** A system/message event as [surfaceOp, text] ('' for content []). */
 const sysView = (e: Ev) => [e.surfaceOp, textOf(e.data.message)]
@@ -193,10 +58,10 @@ const replaceOf = (seq: number) => ({ op: 'replace', start: seq, end: seq })
 const systemTexts = (req: any) => req.messages.filter((m: any) => m.role === 'system').map((m: any) => textOf(m))
 
 describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation on %s', (kind) => {
-  let h: Harness
+  let h: AdmissionHarness
   let t: TestApp
   beforeAll(async () => {
-    h = await harness(kind)
+    h = await admissionHarness(kind)
     t = h.t
   })
   afterAll(async () => {
@@ -206,14 +71,6 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     h.route.capable = false
     h.route.beforePrepare = undefined
   })
-
-  async function checked(id: string): Promise<Ev[]> {
-    const evs = await h.log(id)
-    expectValidLog(evs as any)
-    expect(h.problems).toEqual([])
-    expect(h.seen.n).toBeGreaterThan(0)
-    return evs
-  }
 
   /**
    * A session without its own system text whose prompt is one plugin section set per turn
@@ -263,7 +120,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     await s.turn('second')
     s.state.series = true
     await s.turn('third')
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const [p1, p2] = ofType(evs, 'system/message')
     expect([sysView(p1), sysView(p2)]).toEqual([['append', 'prompt one'], ['append', 'prompt two']])
     expect(sysOfTurn(evs, 3).map(sysView)).toEqual([[replaceOf(p2.seq), ''], [replaceOf(p1.seq), 'prompt two']])
@@ -286,7 +143,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     await s.turn('second')
     s.state.extraTool = true
     await s.turn('third')
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const [p1, p2] = ofType(evs, 'system/message')
     expect(sysOfTurn(evs, 3).map(sysView)).toEqual([[replaceOf(p2.seq), ''], [replaceOf(p1.seq), 'prompt two']])
     const headers = ofType(evs, 'request/header').map((e) => e.data)
@@ -311,7 +168,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
       s.state.prompt = third
       await s.turn('third')
       await s.turn('fourth')
-      const evs = await checked(s.id)
+      const evs = await h.checked(s.id)
       const [p1, p2] = ofType(evs, 'system/message')
       expect(sysOfTurn(evs, 3).map(sysView)).toEqual([[replaceOf(p2.seq), ''], [replaceOf(p1.seq), third]])
       expect(sysOfTurn(evs, 4)).toEqual([])
@@ -331,7 +188,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     h.route.capable = true
     s.state.prompt = 'prompt two'
     await s.turn('second')
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(sysOfTurn(evs, 2).map(sysView)).toEqual([['append', 'prompt two']])
     expect(reqs(s.id)[1].messages.map((m: any) => m.role)).toEqual(['system', 'user', 'assistant', 'system', 'user'])
     const pi2 = t.models.requestsOf(s.id)[1].context
@@ -351,7 +208,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     await newInstance(s.id)
     h.route.capable = false
     await s.turn('third')
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const [p1, p2] = ofType(evs, 'system/message')
     const t3 = turnOf(evs, 3)
     // the new instance marked where its writes begin, after the accepted followup
@@ -398,7 +255,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
         const r = await t.api('POST', `/v1/sessions/${s.id}/cancel`, {})
         expect(r.status).toBe(202)
         expect(r.body).toEqual({ cancelled: true })
-        await until(() => signal?.aborted, 'the turn signal to abort')
+        await until('the turn signal to abort', () => signal?.aborted)
         g.open()
         await t.waitForTurnEnd(s.id, 1)
         await t.waitIdle(s.id)
@@ -413,7 +270,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
         t.models.script(s.id, { text: ['fine'] })
         await h.post(s.id, 'followup', { content: 'again' })
         await t.waitForTurnEnd(s.id, 2)
-        const all = await checked(s.id)
+        const all = await h.checked(s.id)
         expect(turnOf(all, 2).at(-1)!.data.reason).toEqual({ kind: 'completed' })
         expect(ofType(all, 'request/header').map((e) => e.data.reason)).toEqual(['initial'])
       } finally {
@@ -444,7 +301,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     const prepared = h.route.prepared
     s.state.prompt = 'prompt two'
     await s.turn('second')
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(h.route.prepared - prepared).toBe(1)
     const r2 = t.models.requestsOf(s.id)[1]
     expect(r2.model).toBe('scripted')
@@ -465,7 +322,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     await s.turn('second')
     s.state.prompt = 'prompt two'
     await s.turn('third')
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const t1 = turnOf(evs, 1)
     const head = sysOfTurn(evs, 1)
     expect(head.map(sysView)).toEqual([['append', 'prompt one']])
@@ -487,7 +344,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     await newInstance(s.id)
     s.state.prompt = 'a prompt at last'
     await s.turn('second')
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const head = sysOfTurn(evs, 1)
     expect(head.map(sysView)).toEqual([['append', '']])
     expect(head[0].data.message.content).toEqual([])
@@ -520,7 +377,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     // a new loop instance captures the generation at attach (SPEC §8.7), so no series breaks here
     await newInstance(s.id)
     await s.turn('third')
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(sysOfTurn(evs, 3).map(sysView)).toEqual([['append', 'prompt two']])
     expect(ofType(evs, 'request/header').map((e) => e.data.reason)).toEqual(['initial', 'resume'])
     expect(reqs(s.id)[2].messages.map((m: any) => [m.role, textOf(m)])).toEqual([
@@ -544,7 +401,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     await s.turn('t6') // dormant nodes are skipped: the head is the last active node
     s.state.prompt = 'P2'
     await s.turn('t7') // [P3, -, -, P2]
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const appended = ofType(evs, 'system/message').filter((e) => e.surfaceOp === 'append')
     expect(appended.map((e) => textOf(e.data.message))).toEqual(['P1', 'P2', 'P1', 'P2'])
     const [n1, n2, n3] = appended
@@ -568,7 +425,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
     s.state.prompt = ''
     await s.turn('third')
     await s.turn('fourth')
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const [p1, p2] = ofType(evs, 'system/message')
     expect(sysOfTurn(evs, 3).map(sysView)).toEqual([[replaceOf(p2.seq), ''], [replaceOf(p1.seq), '']])
     expect(sysOfTurn(evs, 3).every((e) => e.data.message.content.length === 0)).toBe(true)
@@ -601,7 +458,7 @@ describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation 
       },
     })
     await s.turn('second')
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const t2 = sysOfTurn(evs, 2)
     expect(t2.map((e) => e.data.message.id).slice(0, 2)).toEqual(['multi-1', 'image-1'])
     expect(t2.slice(2).map(sysView)).toEqual([[replaceOf(t2[0].seq), ''], [replaceOf(t2[1].seq), '']])

@@ -6,34 +6,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
-import type { SessionEvent, StreamChunk } from '../../src/session/index.js'
-
-const types = (evs: Array<{ type: string }>) => evs.map((e) => e.type)
-const ofType = (evs: SessionEvent[], type: string) => evs.filter((e) => e.type === type)
-const d = (e: SessionEvent | undefined) => e?.data as any
-const turnEnd = (evs: SessionEvent[], turn: number) => evs.find((e) => e.type === 'turn/end' && d(e).turn === turn)
-const userTexts = (evs: SessionEvent[]) => ofType(evs, 'user/message').map((e) => d(e).content.map((b: any) => b.text).join(''))
-
-async function until<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 10000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 10))
-  }
-}
-
-function makeGate() {
-  let open!: () => void
-  const promise = new Promise<void>((r) => (open = r))
-  return { promise, open }
-}
+import { gate as makeGate } from '../helpers/scripted.js'
+import { d, ofType, turnEnd, types, userTexts } from '../helpers/events.js'
+import { Journal } from '../helpers/loop.js'
+import { until } from '../helpers/wait.js'
+import type { StreamChunk } from '../../src/session/index.js'
 
 /** Per-test-file instrumentation shared by the plugin and the tests. */
-class Probe {
-  readonly journal = new Map<string, string[]>()
-  readonly gates = new Map<string, { promise: Promise<void>; open(): void }>()
+class Probe extends Journal {
   readonly handles = new Map<string, any>()
   readonly signals = new Map<string, AbortSignal>()
   readonly statuses = new Map<string, string[]>()
@@ -45,23 +25,6 @@ class Probe {
   readonly cancelOn = new Map<string, string>()
   /** session → queued custom llm/stream sources */
   readonly custom = new Map<string, Array<(req: any) => AsyncIterable<StreamChunk>>>()
-
-  log(session: string, line: string): void {
-    const l = this.journal.get(session) ?? []
-    l.push(line)
-    this.journal.set(session, l)
-  }
-
-  lines(session: string): string[] {
-    return this.journal.get(session) ?? []
-  }
-
-  gate(session: string, key: string) {
-    const k = `${session}:${key}`
-    let g = this.gates.get(k)
-    if (!g) this.gates.set(k, (g = makeGate()))
-    return g
-  }
 
   plugin() {
     return (root: any) =>

@@ -6,25 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
+import { d, ofType, turnEnd, types, userTexts } from '../helpers/events.js'
+import { until } from '../helpers/wait.js'
 import { LOOP_REQUEST } from '../../src/agent/index.js'
 import { DEFAULT_RETRY_POLICY } from '../../src/llm/types.js'
-import type { SessionEvent } from '../../src/session/index.js'
-
-const types = (evs: Array<{ type: string }>) => evs.map((e) => e.type)
-const ofType = (evs: SessionEvent[], type: string) => evs.filter((e) => e.type === type)
-const d = (e: SessionEvent | undefined) => e?.data as any
-const turnEnd = (evs: SessionEvent[], turn: number) => evs.find((e) => e.type === 'turn/end' && d(e).turn === turn)
-const userTexts = (evs: SessionEvent[]) => ofType(evs, 'user/message').map((e) => d(e).content.map((b: any) => b.text).join(''))
-
-async function until<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 10000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 10))
-  }
-}
 
 const push = <T>(m: Map<string, T[]>, k: string, v: T) => {
   const l = m.get(k) ?? []

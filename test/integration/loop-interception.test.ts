@@ -6,180 +6,24 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
-import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
+import type { TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
-import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
-import { LOOP_REQUEST, type Agent } from '../../src/agent/index.js'
-import type { Context } from '../../src/hooks/index.js'
+import { ofType, stepAt, textOf, turnOf, types } from '../helpers/events.js'
+import { harness, type Harness } from '../helpers/loop.js'
+import { until } from '../helpers/wait.js'
 
-// ---------------------------------------------------------------------------------------------
-// Shared test scaffolding (each file carries its own copy)
-
-type Ev = { seq: number; time: number; type: string; data: any; surfaceOp?: any; sourceEventSeqs?: number[] }
-
-/** Per-session behaviour of the test plugin's listeners (absent: delegate). */
-interface Ctl {
-  preStep?: (p: any, next: (p?: unknown) => Promise<any>) => unknown
-  request?: (p: any, next: (p?: unknown) => Promise<any>) => unknown
-  assemble?: (a: any, next: (p?: unknown) => Promise<any>, c: any) => unknown
-  /** keep the test-* plugin sections (other sessions never see them) */
-  sections?: boolean
-  turnStopping?: (p: any) => unknown
-  preExecute?: (p: any, next: (p?: unknown) => Promise<any>) => unknown
-  tool?: (name: string, args: any, tc: any) => unknown
-  sessionStart?: (p: any) => unknown
-}
-
-const types = (evs: Ev[]) => evs.map((e) => e.type)
-const ofType = (evs: Ev[], type: string) => evs.filter((e) => e.type === type)
-const textOf = (m: any) => (m?.content ?? []).map((b: any) => b.text ?? '').join('')
-
-/** The events of turn n, turn/start through turn/end. */
-function turnOf(evs: Ev[], n: number): Ev[] {
-  const a = evs.findIndex((e) => e.type === 'turn/start' && e.data.turn === n)
-  const b = evs.findIndex((e) => e.type === 'turn/end' && e.data.turn === n)
-  if (a < 0 || b < 0) throw new Error(`turn ${n} is not in the log: ${types(evs).join(' ')}`)
-  return evs.slice(a, b + 1)
-}
-
-async function until<T>(fn: () => T | undefined | false | Promise<T | undefined | false>, what: string, timeoutMs = 10000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 10))
-  }
-}
-
-interface Harness {
-  t: TestApp
-  problems: string[]
-  /** loop requests the reconstruction check examined */
-  seen: { n: number }
-  ctl: Map<string, Ctl>
-  /** agentd-level loop requests (role 'system' messages included), per session */
-  loopRequests: Map<string, any[]>
-  key(id: string): Promise<string>
-  agent(id: string): Promise<Agent>
-  post(id: string, route: string, body?: unknown): Promise<any>
-  sse(id: string): Promise<Awaited<ReturnType<typeof openSse>>>
-  log(id: string): Promise<Ev[]>
-}
-
-function testPlugin(ctl: Map<string, Ctl>, loopRequests: Map<string, any[]>) {
-  return (root: Context) => {
-    root.plugin({
-      name: 'test-ctl',
-      apply(ctx: any) {
-        const wf = (hook: string, k: 'preStep' | 'request' | 'preExecute') =>
-          ctx.hooks.waterfall(hook, (p: any, next: any) => {
-            const h = ctl.get(p.agent.id)?.[k]
-            return h ? h(p, next) : next()
-          })
-        wf('agent/pre-step', 'preStep')
-        wf('agent/request', 'request')
-        wf('tools/pre-execute', 'preExecute')
-        ctx.hooks.waterfall('system-prompt/assemble', (a: any, next: any, c: any) => {
-          const entry = ctl.get(c.agent.id)
-          if (!entry?.sections) a.sections = a.sections.filter((s: any) => !String(s.name).startsWith('test-'))
-          return entry?.assemble ? entry.assemble(a, next, c) : next()
-        })
-        ctx.hooks.serial('agent/turn-stopping', (p: any) => ctl.get(p.agent.id)?.turnStopping?.(p))
-        ctx.hooks.waterfall('llm/stream', (req: any, next: any) => {
-          if (req[LOOP_REQUEST]) {
-            const l = loopRequests.get(req.sessionId) ?? []
-            l.push(req)
-            loopRequests.set(req.sessionId, l)
-          }
-          return next()
-        })
-        ctx.on('agent/session-start', (p: any) => ctl.get(p.agent.id)?.sessionStart?.(p))
-        for (const name of ['work', 'conclude', 'par']) {
-          ctx.tools.register({
-            name,
-            description: `the ${name} tool`,
-            parameters: { type: 'object', properties: {} },
-            isConcurrencySafe: () => name === 'par',
-            execute: (args: any, tc: any) => {
-              const h = ctl.get(tc.sessionId)?.tool
-              if (h) return h(name, args, tc)
-              return name === 'conclude' ? { content: 'concluded', concludesTurn: true } : { content: `${name} ok` }
-            },
-          })
-        }
-      },
-    })
-  }
-}
-
-async function harness(kind: 'pg' | 'pglite'): Promise<Harness> {
-  const problems: string[] = []
-  const seen = { n: 0 }
-  const ctl = new Map<string, Ctl>()
-  const loopRequests = new Map<string, any[]>()
-  const t = await startTestApp({
-    kind,
-    models: [{ id: 'scripted' }, { id: 'other' }],
-    plugins: [(root, db) => reconstructionCheck(db, problems, seen)(root), (root) => testPlugin(ctl, loopRequests)(root)],
-  })
-  const keys = new Map<string, string>()
-  const h: Harness = {
-    t,
-    problems,
-    seen,
-    ctl,
-    loopRequests,
-    async key(id) {
-      let k = keys.get(id)
-      if (!k) {
-        const r = await t.app.db.query<{ key: string }>('SELECT key FROM sessions WHERE id = $1', [id])
-        k = r.rows[0].key
-        keys.set(id, k)
-      }
-      return k
-    },
-    async agent(id) {
-      const key = await h.key(id)
-      return (t.app.host!.agent(key) ?? (await t.app.host!.claim(key)))!
-    },
-    async post(id, route, body) {
-      const r = await t.api('POST', `/v1/sessions/${id}/${route}`, body)
-      expect(r.status, `${route}: ${r.text}`).toBe(202)
-      return r.body
-    },
-    async sse(id) {
-      const s = await openSse(`${t.url}/v1/sessions/${id}/stream`, { authorization: `Bearer ${t.key}` })
-      await s.waitFor((f) => f.event === 'stream/ready')
-      return s
-    },
-    log: (id) => t.events(id) as Promise<Ev[]>,
-  }
-  return h
-}
-
-
-const stepAt = (evs: Ev[], seq: number) => evs.filter((e) => e.type === 'step/start' && e.seq < seq).at(-1)?.data.step
 const piText = (m: any) => (typeof m.content === 'string' ? m.content : m.content.map((b: any) => b.text ?? '').join(''))
 
 describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
   let h: Harness
   let t: TestApp
   beforeAll(async () => {
-    h = await harness(kind)
+    h = await harness(kind, { parallelTools: ['par'] })
     t = h.t
   })
   afterAll(async () => {
     await t?.close()
   })
-
-  async function checked(id: string): Promise<Ev[]> {
-    const evs = await h.log(id)
-    expectValidLog(evs as any)
-    expect(h.problems).toEqual([])
-    expect(h.seen.n).toBeGreaterThan(0)
-    return evs
-  }
 
   const withTool = (name = 'work') => ({ system: 'P', tools: [{ name, execution: { type: 'builtin' } }] })
 
@@ -196,7 +40,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     t.models.script(s.id, { toolCalls: [{ id: 'c1', name: 'work', arguments: {} }] }, { text: ['done'] })
     const accepted = await h.post(s.id, 'followup', { content: 'hello' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(calls.map((c) => c.step)).toEqual([1, 2])
     expect(calls[0].messages.map((m) => m.id)).toEqual([accepted.messageId])
     expect(calls[0].decision).toEqual({ kind: 'enter', messages: calls[0].messages })
@@ -237,7 +81,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     await t.waitForTurnEnd(s.id, 1)
     await h.post(s.id, 'followup', { content: 'two' })
     await t.waitForTurnEnd(s.id, 2)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const steps = ofType(evs, 'step/start').map((e) => [e.data.turn, e.data.step])
     expect(steps).toEqual([[1, 1], [1, 2], [2, 1]])
     expect(seen.assemble).toEqual(steps)
@@ -272,7 +116,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     t.models.script(s.id, { text: ['ok'] })
     await h.post(s.id, 'followup', { content: 'original' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(checks).toEqual([[true, true, true, true, true, true]])
     expect(ofType(evs, 'user/message')[0].data.content).toEqual([{ type: 'text', text: 'original' }])
     expect(turnOf(evs, 1).at(-1)!.data.reason).toEqual({ kind: 'completed' })
@@ -289,7 +133,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     t.models.script(s.id, { text: ['ok'] })
     const accepted = await h.post(s.id, 'followup', { content: 'quiet please' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(ofType(evs, 'user/message').map((e) => e.data)).toEqual([{ id: accepted.messageId, role: 'user', content: [{ type: 'text', text: 'QUIET PLEASE' }], source: { kind: 'user' } }])
     expect(t.models.requestsOf(s.id)[0].context.messages.map(piText)).toEqual(['QUIET PLEASE'])
   })
@@ -306,7 +150,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     t.models.script(s.id, { text: ['ok'] })
     const accepted = await h.post(s.id, 'followup', { content: 'hi' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const t1 = turnOf(evs, 1)
     expect(types(t1)).toEqual(['turn/start', 'agent/inbox/spliced', 'step/start', 'system/message', 'user/message', 'user/message', 'request/header', 'request/context', 'assistant/message', 'step/end', 'turn/end'])
     expect(t1[4].data).toEqual({ id: accepted.messageId, role: 'user', content: [{ type: 'text', text: 'hi' }], source: { kind: 'user' } })
@@ -346,7 +190,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     // another wake: the parked prompt runs first, then the new one
     await h.post(s.id, 'followup', { content: 'later' })
     await t.waitForTurnEnd(s.id, 3)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(ofType(turnOf(evs, 2), 'user/message').map((e) => e.data.id)).toEqual([safe.messageId])
     expect(ofType(turnOf(evs, 3), 'user/message').map((e) => textOf(e.data))).toEqual(['later'])
     expect(ofType(evs, 'user/message').some((e) => textOf(e.data) === 'secret')).toBe(false)
@@ -375,7 +219,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
       const late = await h.post(s.id, route, { content: 'late' })
       g.open()
       await t.waitForTurnEnd(s.id, 1)
-      const evs = await checked(s.id)
+      const evs = await h.checked(s.id)
       const t1 = turnOf(evs, 1)
       const users = ofType(t1, 'user/message')
       expect(users.map((e) => [stepAt(evs, e.seq), textOf(e.data)])).toEqual([[1, 'first'], [2, 'late']])
@@ -399,7 +243,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     t.models.script(s.id, { text: ['ok'] })
     const hi = await h.post(s.id, 'followup', { content: 'hi' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(sources).toEqual(['startup'])
     const t1 = turnOf(evs, 1)
     expect(t1.slice(1, 3).map((e) => e.data)).toEqual([
@@ -418,7 +262,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     t.models.script(s.id, { text: ['ok'] })
     await h.post(s.id, 'followup', { content: 'hi' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const injected = ofType(evs, 'user/message').find((e) => textOf(e.data) === 'from the plugin')!
     expect(injected.data.source).toEqual({ kind: 'plugin', plugin: 'test-ctl' })
   })
@@ -443,7 +287,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     t.models.script(s.id, { toolCalls: [{ id: 'c1', name: 'par', arguments: { n: 'A' } }, { id: 'c2', name: 'par', arguments: { n: 'B' } }] }, { text: ['done'] })
     await h.post(s.id, 'followup', { content: 'go' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(order).toEqual(['B', 'A'])
     const t1 = turnOf(evs, 1)
     const results = ofType(t1, 'tool/result')
@@ -480,7 +324,7 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     t.models.script(s.id, { toolCalls: [{ id: 'c1', name: 'work', arguments: { q: 1 } }] }, { text: ['understood'] })
     await h.post(s.id, 'followup', { content: 'go' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(ran).toBe(0)
     const tc = ofType(evs, 'tool/call')[0]
     const tr = ofType(evs, 'tool/result')[0]
@@ -505,16 +349,16 @@ describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
     })
     t.models.script(s.id, { toolCalls: [{ id: 'c1', name: 'work', arguments: {} }] })
     await h.post(s.id, 'followup', { content: 'go' })
-    const pending = await until(async () => {
+    const pending = await until('the pending approval', async () => {
       const r = await t.api('GET', `/v1/sessions/${s.id}/pending`)
       return r.body.toolCalls.length ? r.body.toolCalls : undefined
-    }, 'the pending approval')
+    })
     expect(pending).toEqual([{ callId: 'c1', name: 'work', arguments: {}, rawArguments: '{}', kind: 'approval' }])
     const r = await t.api('POST', `/v1/sessions/${s.id}/cancel`, {})
     expect(r.body).toEqual({ cancelled: true })
     await t.waitForTurnEnd(s.id, 1)
     await t.waitIdle(s.id)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(ran).toBe(0)
     expect(types(turnOf(evs, 1)).slice(-5)).toEqual(['assistant/message', 'tool/call', 'tool/result', 'step/end', 'turn/end'])
     const tr = ofType(evs, 'tool/result')[0]

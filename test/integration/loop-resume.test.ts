@@ -7,25 +7,12 @@ import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
+import type { Step } from '../helpers/scripted.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
+import { d, ofType, turnEnd, types, userTexts } from '../helpers/events.js'
+import { until } from '../helpers/wait.js'
 import { eventJson } from '../../src/store/index.js'
 import type { SessionEvent } from '../../src/session/index.js'
-
-const types = (evs: Array<{ type: string }>) => evs.map((e) => e.type)
-const ofType = (evs: SessionEvent[], type: string) => evs.filter((e) => e.type === type)
-const d = (e: SessionEvent | undefined) => e?.data as any
-const turnEnd = (evs: SessionEvent[], turn: number) => evs.find((e) => e.type === 'turn/end' && d(e).turn === turn)
-const userTexts = (evs: SessionEvent[]) => ofType(evs, 'user/message').map((e) => d(e).content.map((b: any) => b.text).join(''))
-
-async function until<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 10000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 10))
-  }
-}
 
 const IDLE_RELEASE_MS = 300
 
@@ -61,6 +48,16 @@ describe.each(DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => 
   const keyOf = async (id: string) => (await t.app.db.query<{ key: string }>('SELECT key FROM sessions WHERE id = $1', [id])).rows[0].key
   const leaseOwner = async (key: string) => (await t.app.db.query<{ lease_owner: string | null }>('SELECT lease_owner FROM sessions WHERE key = $1', [key])).rows[0].lease_owner
   const released = (key: string) => until('the idle release', async () => !t.app.host!.agent(key) && (await leaseOwner(key)) === null, 5000)
+  /** A session whose turn 1 (hi → hello) completed and whose Agent was then released; `later` scripts the answers after. */
+  const releasedAfterTurn1 = async (...later: Step[]) => {
+    const s = await t.createSession({ system: 'P' })
+    const key = await keyOf(s.id)
+    t.models.script(s.id, { text: ['hello'] }, ...later)
+    await post(s.id, 'followup', { content: 'hi' })
+    await t.waitForTurnEnd(s.id, 1)
+    await released(key)
+    return { s, key }
+  }
 
   it('§13.3a: an idle Agent is kept (a waking delivery reuses the instance), then released with its lease', async () => {
     const s = await t.createSession({ system: 'P' })
@@ -87,12 +84,7 @@ describe.each(DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => 
   })
 
   it('C24: a new loop instance over a completed log writes session/end-seed; the next followup opens turn 2 with H(resume) and the whole history', async () => {
-    const s = await t.createSession({ system: 'P' })
-    const key = await keyOf(s.id)
-    t.models.script(s.id, { text: ['hello'] }, { text: ['again'] })
-    await post(s.id, 'followup', { content: 'hi' })
-    await t.waitForTurnEnd(s.id, 1)
-    await released(key)
+    const { s, key } = await releasedAfterTurn1({ text: ['again'] })
     const before = await t.events(s.id)
     // attaching writes the marker before anything else
     const agent = (await t.app.host!.claim(key))!
@@ -116,12 +108,7 @@ describe.each(DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => 
   })
 
   it('C24 via idle release: the followup that wakes a released session attaches a new instance (end-seed, then H(resume))', async () => {
-    const s = await t.createSession({ system: 'P' })
-    const key = await keyOf(s.id)
-    t.models.script(s.id, { text: ['hello'] }, { text: ['again'] })
-    await post(s.id, 'followup', { content: 'hi' })
-    await t.waitForTurnEnd(s.id, 1)
-    await released(key)
+    const { s } = await releasedAfterTurn1({ text: ['again'] })
     await post(s.id, 'followup', { content: 'more' })
     const evs = await t.waitForTurnEnd(s.id, 2)
     const end1 = evs.indexOf(turnEnd(evs, 1)!)
@@ -135,12 +122,7 @@ describe.each(DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => 
   })
 
   it('an idle inject while released creates no turn, also when a loop instance attaches; the next followup takes it first', async () => {
-    const s = await t.createSession({ system: 'P' })
-    const key = await keyOf(s.id)
-    t.models.script(s.id, { text: ['hello'] }, { text: ['got both'] })
-    await post(s.id, 'followup', { content: 'hi' })
-    await t.waitForTurnEnd(s.id, 1)
-    await released(key)
+    const { s, key } = await releasedAfterTurn1({ text: ['got both'] })
     const inj = await post(s.id, 'inject', { content: 'ctx' })
     expect(inj.status).toBe(202)
     expect((await t.api('GET', `/v1/sessions/${s.id}`)).body.status).toBe('idle')
@@ -160,12 +142,7 @@ describe.each(DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => 
   })
 
   it('a failed load writes nothing and the session is not driven', async () => {
-    const s = await t.createSession({ system: 'P' })
-    const key = await keyOf(s.id)
-    t.models.script(s.id, { text: ['hello'] })
-    await post(s.id, 'followup', { content: 'hi' })
-    await t.waitForTurnEnd(s.id, 1)
-    await released(key)
+    const { s, key } = await releasedAfterTurn1()
     // a splice that cannot fold: it removes from an empty list (SPEC §4.1: a fatal load error)
     await t.app.db.transaction(async (tx) => {
       const { rows } = await tx.query<{ next_seq: number; last_time: number }>('SELECT next_seq, last_time FROM sessions WHERE key = $1 FOR UPDATE', [key])

@@ -9,66 +9,29 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
+import { d, ofType, turnEnd, types } from '../helpers/events.js'
+import { Journal } from '../helpers/loop.js'
+import { sleep, until } from '../helpers/wait.js'
 import { loadConfig, ConfigError } from '../../src/config.js'
 import type { SessionEvent, StreamChunk } from '../../src/session/index.js'
 
-const types = (evs: Array<{ type: string }>) => evs.map((e) => e.type)
-const ofType = (evs: SessionEvent[], type: string) => evs.filter((e) => e.type === type)
-const d = (e: SessionEvent | undefined) => e?.data as any
-const turnEnd = (evs: SessionEvent[], turn: number) => evs.find((e) => e.type === 'turn/end' && d(e).turn === turn)
 const callOf = (e: SessionEvent) => (e.type === 'tool/call' ? d(e).callId : d(e).message?.source?.callId)
 const resultOf = (evs: SessionEvent[], callId: string) => evs.find((e) => e.type === 'tool/result' && callOf(e) === callId)!
 const resultText = (e: SessionEvent) => d(e).message.content[0].content.map((b: any) => b.text).join('')
 const seqOf = (evs: SessionEvent[], type: string, callId: string) => evs.find((e) => e.type === type && callOf(e) === callId)!.seq
-
-async function until<T>(what: string, fn: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 10000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 10))
-  }
-}
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-
-function makeGate() {
-  let open!: () => void
-  const promise = new Promise<void>((r) => (open = r))
-  return { promise, open }
-}
 
 /**
  * The test plugin: one builtin tool `probe` whose arguments script it (key, parallel, delay, hold,
  * abortable, flip, gatedBy, throw, text, meta, contexts), a second builtin `zeta_tool` for ordering,
  * hook recorders and a custom llm/stream source.
  */
-class Probe {
-  readonly journal = new Map<string, string[]>()
-  readonly gates = new Map<string, ReturnType<typeof makeGate>>()
+class Probe extends Journal {
   readonly inflight = new Map<string, number>()
   readonly maxInflight = new Map<string, number>()
   readonly flags = new Set<string>()
   readonly received = new Map<string, unknown>()
   readonly postThrows = new Set<string>()
   readonly custom = new Map<string, Array<(req: any) => AsyncIterable<StreamChunk>>>()
-
-  log(session: string, line: string): void {
-    const l = this.journal.get(session) ?? []
-    l.push(line)
-    this.journal.set(session, l)
-  }
-
-  lines(session: string): string[] {
-    return this.journal.get(session) ?? []
-  }
-
-  gate(session: string, key: string) {
-    const k = `${session}:${key}`
-    let g = this.gates.get(k)
-    if (!g) this.gates.set(k, (g = makeGate()))
-    return g
-  }
 
   plugin() {
     return (root: any) =>

@@ -4,110 +4,13 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
-import { openSse, startTestApp, type SseFrame, type TestApp } from '../helpers/app.js'
+import type { SseFrame, TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
-import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
-import { LOOP_REQUEST, type Agent } from '../../src/agent/index.js'
+import { expand, ofType, stepAt, textOf, turnOf, types, type Ev } from '../helpers/events.js'
+import { harness, type Harness } from '../helpers/loop.js'
+import { until } from '../helpers/wait.js'
 import type { Context } from '../../src/hooks/index.js'
 import { readEvents } from '../../src/store/index.js'
-
-// ---------------------------------------------------------------------------------------------
-// Shared test scaffolding (each file carries its own copy)
-
-type Ev = { seq: number; time: number; type: string; data: any; surfaceOp?: any; sourceEventSeqs?: number[] }
-
-/** Per-session behaviour of the test plugin's listeners (absent: delegate). */
-interface Ctl {
-  preStep?: (p: any, next: (p?: unknown) => Promise<any>) => unknown
-  request?: (p: any, next: (p?: unknown) => Promise<any>) => unknown
-  assemble?: (a: any, next: (p?: unknown) => Promise<any>, c: any) => unknown
-  /** keep the test-* plugin sections (other sessions never see them) */
-  sections?: boolean
-  turnStopping?: (p: any) => unknown
-  preExecute?: (p: any, next: (p?: unknown) => Promise<any>) => unknown
-  tool?: (name: string, args: any, tc: any) => unknown
-}
-
-const types = (evs: Ev[]) => evs.map((e) => e.type)
-const ofType = (evs: Ev[], type: string) => evs.filter((e) => e.type === type)
-const textOf = (m: any) => (m?.content ?? []).map((b: any) => b.text ?? '').join('')
-
-/** The events of turn n, turn/start through turn/end. */
-function turnOf(evs: Ev[], n: number): Ev[] {
-  const a = evs.findIndex((e) => e.type === 'turn/start' && e.data.turn === n)
-  const b = evs.findIndex((e) => e.type === 'turn/end' && e.data.turn === n)
-  if (a < 0 || b < 0) throw new Error(`turn ${n} is not in the log: ${types(evs).join(' ')}`)
-  return evs.slice(a, b + 1)
-}
-
-async function until<T>(fn: () => T | undefined | false | Promise<T | undefined | false>, what: string, timeoutMs = 10000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 10))
-  }
-}
-
-interface Harness {
-  t: TestApp
-  problems: string[]
-  /** loop requests the reconstruction check examined */
-  seen: { n: number }
-  ctl: Map<string, Ctl>
-  /** agentd-level loop requests (role 'system' messages included), per session */
-  loopRequests: Map<string, any[]>
-  key(id: string): Promise<string>
-  agent(id: string): Promise<Agent>
-  post(id: string, route: string, body?: unknown): Promise<any>
-  sse(id: string): Promise<Awaited<ReturnType<typeof openSse>>>
-  log(id: string): Promise<Ev[]>
-}
-
-function testPlugin(ctl: Map<string, Ctl>, loopRequests: Map<string, any[]>) {
-  return (root: Context) => {
-    root.plugin({
-      name: 'test-ctl',
-      apply(ctx: any) {
-        const wf = (hook: string, k: 'preStep' | 'request' | 'preExecute') =>
-          ctx.hooks.waterfall(hook, (p: any, next: any) => {
-            const h = ctl.get(p.agent.id)?.[k]
-            return h ? h(p, next) : next()
-          })
-        wf('agent/pre-step', 'preStep')
-        wf('agent/request', 'request')
-        wf('tools/pre-execute', 'preExecute')
-        ctx.hooks.waterfall('system-prompt/assemble', (a: any, next: any, c: any) => {
-          const entry = ctl.get(c.agent.id)
-          if (!entry?.sections) a.sections = a.sections.filter((s: any) => !String(s.name).startsWith('test-'))
-          return entry?.assemble ? entry.assemble(a, next, c) : next()
-        })
-        ctx.hooks.serial('agent/turn-stopping', (p: any) => ctl.get(p.agent.id)?.turnStopping?.(p))
-        ctx.hooks.waterfall('llm/stream', (req: any, next: any) => {
-          if (req[LOOP_REQUEST]) {
-            const l = loopRequests.get(req.sessionId) ?? []
-            l.push(req)
-            loopRequests.set(req.sessionId, l)
-          }
-          return next()
-        })
-        for (const name of ['work', 'conclude']) {
-          ctx.tools.register({
-            name,
-            description: `the ${name} tool`,
-            parameters: { type: 'object', properties: {} },
-            execute: (args: any, tc: any) => {
-              const h = ctl.get(tc.sessionId)?.tool
-              if (h) return h(name, args, tc)
-              return name === 'conclude' ? { content: 'concluded', concludesTurn: true } : { content: `${name} ok` }
-            },
-          })
-        }
-      },
-    })
-  }
-}
 
 /** Prompt sections registered by two further plugins, in this order (SPEC §7.2). */
 function sectionPlugins(root: Context) {
@@ -126,82 +29,14 @@ function sectionPlugins(root: Context) {
   })
 }
 
-async function harness(kind: 'pg' | 'pglite'): Promise<Harness> {
-  const problems: string[] = []
-  const seen = { n: 0 }
-  const ctl = new Map<string, Ctl>()
-  const loopRequests = new Map<string, any[]>()
-  const t = await startTestApp({
-    kind,
-    models: [{ id: 'scripted' }, { id: 'other' }],
-    plugins: [(root, db) => reconstructionCheck(db, problems, seen)(root), (root) => testPlugin(ctl, loopRequests)(root), (root) => sectionPlugins(root)],
-  })
-  const keys = new Map<string, string>()
-  const h: Harness = {
-    t,
-    problems,
-    seen,
-    ctl,
-    loopRequests,
-    async key(id) {
-      let k = keys.get(id)
-      if (!k) {
-        const r = await t.app.db.query<{ key: string }>('SELECT key FROM sessions WHERE id = $1', [id])
-        k = r.rows[0].key
-        keys.set(id, k)
-      }
-      return k
-    },
-    async agent(id) {
-      const key = await h.key(id)
-      return (t.app.host!.agent(key) ?? (await t.app.host!.claim(key)))!
-    },
-    async post(id, route, body) {
-      const r = await t.api('POST', `/v1/sessions/${id}/${route}`, body)
-      expect(r.status, `${route}: ${r.text}`).toBe(202)
-      return r.body
-    },
-    async sse(id) {
-      const s = await openSse(`${t.url}/v1/sessions/${id}/stream`, { authorization: `Bearer ${t.key}` })
-      await s.waitFor((f) => f.event === 'stream/ready')
-      return s
-    },
-    log: (id) => t.events(id) as Promise<Ev[]>,
-  }
-  return h
-}
-
-/** SPEC §9.4: the timed chunks a compact stream stands for (written independently of the server). */
-function expand(records: any[]): Array<{ time: number; chunk: any }> {
-  const out: Array<{ time: number; chunk: any }> = []
-  for (const r of records) {
-    if (r.type === 'chunk') {
-      out.push({ time: r.time, chunk: r.chunk })
-      continue
-    }
-    let time = r.time0
-    const items: string[] = r.type === 'tool-call-chunks' ? r.args : r.texts
-    items.forEach((x, i) => {
-      time += r.dt[i]
-      if (r.type === 'text-chunks') out.push({ time, chunk: { type: 'text-delta', index: r.index, text: x } })
-      else if (r.type === 'reasoning-chunks') out.push({ time, chunk: { type: 'reasoning-delta', index: r.index, text: x } })
-      else out.push({ time, chunk: { type: 'tool-call-delta', index: r.index, id: r.id, ...(i === 0 && r.name !== undefined ? { name: r.name } : {}), argumentsDelta: x } })
-    })
-  }
-  return out
-}
-
 const streamFrames = (frames: SseFrame[]) => frames.filter((f) => f.event === 'agent/assistant-stream').map((f) => f.json)
 /** Waits until an agent/status frame follows the SSE frame of turn/end {turn}. */
 async function idleAfterTurn(sse: { frames: SseFrame[] }, turn: number): Promise<void> {
-  await until(() => {
+  await until(`agent/status idle after turn ${turn}`, () => {
     const at = sse.frames.findIndex((f) => f.event === 'session/event' && f.json.type === 'turn/end' && f.json.data.turn === turn)
     return at >= 0 && sse.frames.slice(at).some((f) => f.event === 'agent/status' && f.json.status === 'idle')
-  }, `agent/status idle after turn ${turn}`)
+  })
 }
-
-/** The step a seq falls in (the latest step/start before it). */
-const stepAt = (evs: Ev[], seq: number) => evs.filter((e) => e.type === 'step/start' && e.seq < seq).at(-1)?.data.step
 
 const finishOf = (am: Ev) => am.data.stream.filter((r: any) => r.type === 'chunk' && r.chunk.type === 'finish').at(-1)?.chunk
 
@@ -211,21 +46,12 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
   let h: Harness
   let t: TestApp
   beforeAll(async () => {
-    h = await harness(kind)
+    h = await harness(kind, { plugins: [(root) => sectionPlugins(root)] })
     t = h.t
   })
   afterAll(async () => {
     await t?.close()
   })
-
-  /** Runs the SPEC §15 checker on the session's log and asserts the reconstruction check stayed clean. */
-  async function checked(id: string): Promise<Ev[]> {
-    const evs = await h.log(id)
-    expectValidLog(evs as any)
-    expect(h.problems).toEqual([])
-    expect(h.seen.n).toBeGreaterThan(0)
-    return evs
-  }
 
   it('C1 simple turn: durable events and live frames in the order SPEC §17 gives', async () => {
     const s = await t.createSession({ system: 'P' })
@@ -249,7 +75,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
       expect(chunks.map((f) => f.json.chunk.type)).toEqual(['block-start', 'text-delta', 'text-delta', 'block-end', 'usage', 'finish'])
       const claimed = after.find((f) => f.event === 'agent/inbox/claimed')!
       expect(claimed.json.turn).toBe(1)
-      const evs = await checked(s.id)
+      const evs = await h.checked(s.id)
       expect(evs.at(-1)!.data.reason).toEqual({ kind: 'completed' })
       const msgs = (await t.api('GET', `/v1/sessions/${s.id}/messages`)).body.messages
       expect(msgs.map((m: any) => m.role)).toEqual(['system', 'user', 'assistant'])
@@ -267,8 +93,8 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
       await t.waitForTurnEnd(s.id, 1)
       await h.post(s.id, 'followup', { content: 'two' })
       await t.waitForTurnEnd(s.id, 2)
-      await until(() => streamFrames(sse.frames).filter((f) => f.kind === 'end').length >= 2, 'two end frames')
-      const evs = await checked(s.id)
+      await until('two end frames', () => streamFrames(sse.frames).filter((f) => f.kind === 'end').length >= 2)
+      const evs = await h.checked(s.id)
       // no per-chunk durable events: each turn is exactly the C1 shape
       expect(types(turnOf(evs, 1))).toEqual(['turn/start', 'agent/inbox/spliced', 'step/start', 'system/message', 'user/message', 'request/header', 'request/context', 'assistant/message', 'step/end', 'turn/end'])
       expect(types(turnOf(evs, 2))).toEqual(['turn/start', 'agent/inbox/spliced', 'step/start', 'user/message', 'assistant/message', 'step/end', 'turn/end'])
@@ -307,8 +133,8 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
       t.models.script(s.id, { error: '500 upstream exploded' }, { text: ['ok'] })
       await h.post(s.id, 'followup', { content: 'hi' })
       await t.waitForTurnEnd(s.id, 1, 15000)
-      await until(() => streamFrames(sse.frames).filter((f) => f.kind === 'end').length >= 2, 'two end frames')
-      const evs = await checked(s.id)
+      await until('two end frames', () => streamFrames(sse.frames).filter((f) => f.kind === 'end').length >= 2)
+      const evs = await h.checked(s.id)
       expect(types(turnOf(evs, 1))).toEqual([
         'turn/start', 'agent/inbox/spliced', 'step/start', 'system/message', 'user/message', 'request/header', 'request/context',
         'assistant/attempt', 'llm/retry', 'llm/retry-started', 'assistant/message', 'step/end', 'turn/end',
@@ -336,7 +162,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     t.models.script(s.id, { text: ['ok'] })
     await h.post(s.id, 'followup', { content: 'hi' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const header = ofType(evs, 'request/header')[0].data
     expect(header.reason).toBe('initial')
     expect(header.header.config).toEqual({ provider: 'test', model: 'scripted', maxTokens: 77, reasoningEffort: 'low' })
@@ -349,7 +175,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     t.models.script(s2.id, { text: ['ok'] })
     await h.post(s2.id, 'followup', { content: 'hi' })
     await t.waitForTurnEnd(s2.id, 1)
-    const h2 = ofType(await checked(s2.id), 'request/header')[0].data.header
+    const h2 = ofType(await h.checked(s2.id), 'request/header')[0].data.header
     expect(h2).toMatchObject({ config: { provider: 'test', model: 'scripted', maxTokens: 1024 }, adapterDefaults: { maxTokens: true } })
     expect(t.models.requestsOf(s2.id)[0].options?.maxTokens).toBe(1024)
   })
@@ -371,7 +197,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
       await h.post(s.id, 'followup', { content })
       await t.waitForTurnEnd(s.id, i + 1)
     }
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     for (const [turn, field] of [[1, /maxTokens/], [2, /reasoningEffort/]] as const) {
       const tevs = turnOf(evs, turn)
       expect(types(tevs)).toEqual(['turn/start', 'agent/inbox/spliced', 'step/start', 'step/end', 'turn/end'])
@@ -400,7 +226,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     t.models.script(s.id, { toolCalls: [{ id: 'c1', name: 'work', arguments: { x: 1 } }] }, { text: ['done'] })
     await h.post(s.id, 'followup', { content: 'call it' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(types(turnOf(evs, 1))).toEqual([
       'turn/start', 'agent/inbox/spliced',
       'step/start', 'system/message', 'user/message', 'request/header', 'request/context', 'assistant/message', 'tool/call', 'tool/result', 'step/end',
@@ -437,7 +263,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     who = 'tester'
     await h.post(s.id, 'followup', { content: 'third' })
     await t.waitForTurnEnd(s.id, 3)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const expected = 'Literal {{notavar}}\n\nSection A for tester.\n\nSection B.'
     const sys = ofType(evs, 'system/message')
     expect(sys).toHaveLength(1)
@@ -468,7 +294,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     prompt = 'Now a prompt.'
     await h.post(s.id, 'followup', { content: 'second' })
     await t.waitForTurnEnd(s.id, 2)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const t1 = turnOf(evs, 1)
     const head = t1.find((e) => e.type === 'system/message')!
     expect(head.surfaceOp).toBe('append')
@@ -492,7 +318,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     t.models.script(s.id, { text: ['x', 'y', 'z'] })
     await h.post(s.id, 'followup', { content: 'hi' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const am = ofType(evs, 'assistant/message')[0]
     const chunks = expand(am.data.stream)
     expect(chunks.map((c) => c.chunk.type)).toEqual(['block-start', 'text-delta', 'text-delta', 'text-delta', 'block-end', 'usage', 'finish'])
@@ -529,7 +355,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
       const accepted = await h.post(s.id, route, { content: 'mid' })
       tool.open()
       await t.waitForTurnEnd(s.id, 1)
-      const evs = await checked(s.id)
+      const evs = await h.checked(s.id)
       const t1 = turnOf(evs, 1)
       expect(types(t1)).toEqual([
         'turn/start', 'agent/inbox/spliced',
@@ -562,7 +388,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
       const m2 = await h.post(s.id, 'steer', { content: 'm2' })
       g.open()
       await t.waitForTurnEnd(s.id, 1)
-      const evs = await checked(s.id)
+      const evs = await h.checked(s.id)
       expect(ofType(evs, 'turn/start')).toHaveLength(1)
       const t1 = turnOf(evs, 1)
       expect(types(t1)).toEqual([
@@ -604,7 +430,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     expect(ofType(await h.log(s.id), 'turn/start')).toHaveLength(1)
     await h.post(s.id, 'followup', { content: 'two' })
     await t.waitForTurnEnd(s.id, 2)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(turnOf(evs, 1).at(-1)!.data.reason.kind).toBe('error')
     expect(ofType(turnOf(evs, 2), 'user/message').map((e) => textOf(e.data))).toEqual(['steered before the throw', 'two'])
   })
@@ -622,7 +448,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
       const go = await h.post(s.id, 'followup', { content: 'go' })
       await t.waitForTurnEnd(s.id, 1)
       await idleAfterTurn(sse, 1)
-      const evs = await checked(s.id)
+      const evs = await h.checked(s.id)
       expect(types(evs)).toEqual([
         'agent/inbox/spliced', 'agent/inbox/spliced', 'turn/start', 'agent/inbox/spliced', 'agent/inbox/spliced', 'step/start', 'system/message',
         'user/message', 'user/message', 'request/header', 'request/context', 'assistant/message', 'step/end', 'turn/end',
@@ -654,7 +480,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     t.models.script(s.id, { text: ['ok'] })
     await h.post(s.id, 'followup', { content: 'go' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const users = ofType(evs, 'user/message')
     expect(users.map((e) => e.data.id)).toEqual(['client-ctx-1', viaPlugin.messageId, expect.any(String)])
     expect(viaHttp.messageId).toBe('client-ctx-1')
@@ -679,7 +505,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     t.models.script(s.id, { text: ['1'] }, { text: ['2'] }, { text: ['3'] })
     await h.post(s.id, 'followup', { content: 'go' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const t1 = turnOf(evs, 1)
     expect(ofType(t1, 'step/start').map((e) => e.data.step)).toEqual([1, 2, 3])
     expect(calls).toEqual([1, 1, 1])
@@ -693,7 +519,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     t.models.script(s.id, { toolCalls: [{ id: 'c1', name: 'conclude', arguments: {} }] })
     await h.post(s.id, 'followup', { content: 'go' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     expect(types(turnOf(evs, 1)).slice(-5)).toEqual(['assistant/message', 'tool/call', 'tool/result', 'step/end', 'turn/end'])
     expect(ofType(evs, 'step/start')).toHaveLength(1)
     expect(t.models.requestsOf(s.id)).toHaveLength(1)
@@ -718,7 +544,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     await h.post(s.id, 'steer', { content: 'wait, one more thing' })
     g.open()
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const t1 = turnOf(evs, 1)
     expect(ofType(t1, 'step/start')).toHaveLength(2)
     expect(textOf(ofType(t1, 'user/message')[1].data)).toBe('wait, one more thing')
@@ -741,7 +567,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     swap = true
     await h.post(s.id, 'followup', { content: 'second' })
     await t.waitForTurnEnd(s.id, 2)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const headers = ofType(evs, 'request/header').map((e) => e.data)
     expect(headers.map((d) => d.reason)).toEqual(['initial', 'change'])
     expect(headers[1].header.config).toMatchObject({ provider: 'test', model: 'other' })
@@ -768,7 +594,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     await t.waitForTurnEnd(s.id, 1)
     await h.post(s.id, 'followup', { content: 'two' })
     await t.waitForTurnEnd(s.id, 2)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const starts = ofType(evs, 'step/start')
     expect(seen.map((x) => [x.turn, x.step])).toEqual(starts.map((e) => [e.data.turn, e.data.step]))
     seen.forEach((x, i) => {
@@ -795,7 +621,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
       fail = false
       await h.post(s.id, 'followup', { content: 'good' })
       await t.waitForTurnEnd(s.id, 2)
-      const evs = await checked(s.id)
+      const evs = await h.checked(s.id)
       const t1 = turnOf(evs, 1)
       expect(types(t1)).toEqual(['turn/start', 'agent/inbox/spliced', 'turn/end'])
       expect(t1[2].data.reason.kind).toBe('error')
@@ -823,7 +649,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
       await t.waitForTurnEnd(s.id, 1)
       await t.waitIdle(s.id)
       const end = await sse.waitFor((f) => f.event === 'agent/assistant-stream' && f.json.kind === 'end')
-      const evs = await checked(s.id)
+      const evs = await h.checked(s.id)
       const t1 = turnOf(evs, 1)
       expect(types(t1).slice(-4)).toEqual(['request/context', 'assistant/message', 'step/end', 'turn/end'])
       const am = ofType(t1, 'assistant/message')[0]
@@ -855,7 +681,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     await t.waitForTurnEnd(s.id, 1)
     await h.post(s.id, 'followup', { content: 'two' })
     await t.waitForTurnEnd(s.id, 2)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const t1 = turnOf(evs, 1)
     const ams = ofType(t1, 'assistant/message')
     expect(finishOf(ams[0]).reason).toEqual({ kind: 'max-tokens' })
@@ -879,7 +705,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     t.models.script(s.id, { text: ['safe text'], toolCalls: [{ id: 'c1', name: 'work', arguments: { a: 1 } }], stop: 'length' })
     await h.post(s.id, 'followup', { content: 'go' })
     await t.waitForTurnEnd(s.id, 1)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const t1 = turnOf(evs, 1)
     expect(ofType(t1, 'tool/call')).toHaveLength(0)
     expect(ofType(t1, 'tool/result')).toHaveLength(0)
@@ -899,7 +725,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     await t.waitForTurnEnd(s.id, 1)
     await h.post(s.id, 'followup', { content: 'two' })
     await t.waitForTurnEnd(s.id, 2)
-    const evs = await checked(s.id)
+    const evs = await h.checked(s.id)
     const am = ofType(turnOf(evs, 1), 'assistant/message')[0]
     expect(am.surfaceOp).toBe('append')
     expect(am.data.message.content).toEqual([])
@@ -937,7 +763,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     })
     t.models.script(a.id, { toolCalls: [{ id: 'c1', name: 'work', arguments: {} }] }, { text: ['a'] })
     await h.post(a.id, 'followup', { content: 'wake B' })
-    await until(() => observed, 'the tool body of A')
+    await until('the tool body of A', () => observed)
     expect(observed.status).toBe('running')
     expect(observed.openTurn).toBe(1)
     expect(observed.nextTurn).toBe(0)
@@ -953,8 +779,8 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
     hold.open()
     await t.waitForTurnEnd(b.id, 1)
     await t.waitForTurnEnd(a.id, 1)
-    await checked(a.id)
-    const evsB = await checked(b.id)
+    await h.checked(a.id)
+    const evsB = await h.checked(b.id)
     expect(ofType(evsB, 'user/message').map((e) => e.data.id)).toEqual([observed.r.messageId])
     expect(ofType(evsB, 'user/message')[0].data.source).toEqual({ kind: 'plugin', plugin: 'test-ctl' })
   })
@@ -970,7 +796,7 @@ describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
       await t.waitForTurnEnd(s.id, 3)
       await t.waitIdle(s.id)
       await idleAfterTurn(sse, 3)
-      const evs = await checked(s.id)
+      const evs = await h.checked(s.id)
       expect(ofType(evs, 'turn/start').map((e) => e.data.turn)).toEqual([1, 2, 3])
       for (const [i, text] of ['a', 'b', 'c'].entries()) {
         const tevs = turnOf(evs, i + 1)

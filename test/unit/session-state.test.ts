@@ -15,93 +15,21 @@ import {
   type SurfaceOp,
   type UserMessage,
 } from '../../src/session/index.js'
+import { asstMsg, LogBuilder, rejectionCheck, rep, snapshotState, sysMsg, toolResMsg, userMsg } from '../helpers/session-log.js'
 
-const rep = (start: number, end: number): SurfaceOp => ({ op: 'replace', start, end })
-const userMsg = (id: string, text: string, source: Record<string, Json> = { kind: 'user' }): UserMessage => ({ id, role: 'user', content: [{ type: 'text', text }], source: source as UserMessage['source'] })
-const asstMsg = (id: string, content: ContentBlock[]): Json => ({ id, role: 'assistant', content: content as unknown as Json, source: { kind: 'model', provider: 'test', model: 'm' } })
-const toolResMsg = (callId: string, text: string, isError = false): Json => ({ id: `r-${callId}`, role: 'user', content: [{ type: 'tool-result', toolCallId: callId, isError, content: [{ type: 'text', text }] }], source: { kind: 'tool', callId } })
 const snapshotMsg = (id: string, text: string): UserMessage => userMsg(id, text, { kind: 'plugin', plugin: 'system-prompt', form: 'snapshot', sections: ['ctx'] })
 
-class Sess {
-  readonly s = new SessionState()
-  readonly log: SessionEvent[] = []
-  ev(type: string, data: Json, surfaceOp?: SurfaceOp, sourceEventSeqs?: number[]): SessionEvent {
-    const e: SessionEvent = { seq: this.s.nextSeq, time: this.s.lastTime + 1, type, data }
-    if (surfaceOp !== undefined) e.surfaceOp = surfaceOp
-    if (sourceEventSeqs !== undefined) e.sourceEventSeqs = sourceEventSeqs
-    return e
-  }
-  add(type: string, data: Json, surfaceOp?: SurfaceOp, sourceEventSeqs?: number[]): number {
-    const e = this.ev(type, data, surfaceOp, sourceEventSeqs)
-    this.s.apply(e)
-    this.log.push(e)
-    return e.seq
-  }
-  get ts(): { turn: number; step: number } {
-    return { turn: this.s.openTurn!, step: this.s.openStep! }
-  }
-  turnStart(): number {
-    return this.add('turn/start', { turn: this.s.lastTurn + 1 })
-  }
-  turnEnd(): number {
-    return this.add('turn/end', { turn: this.s.openTurn, reason: { kind: 'completed' } })
-  }
-  stepStart(): number {
-    return this.add('step/start', { turn: this.s.openTurn, step: this.s.lastStep + 1 })
-  }
-  stepEnd(): number {
-    return this.add('step/end', { ...this.ts })
-  }
-  splice(data: Record<string, Json>): number {
-    return this.add('agent/inbox/spliced', data)
-  }
+class Sess extends LogBuilder {
   system(text: string, op: SurfaceOp = 'append', src?: number[]): number {
-    return this.add('system/message', { ...this.ts, message: { id: `sys-${this.s.nextSeq}`, role: 'system', content: [{ type: 'text', text }], source: { kind: 'plugin', plugin: 'system-prompt' } } }, op, src)
-  }
-  user(m: UserMessage, op: SurfaceOp = 'append', src?: number[]): number {
-    return this.add('user/message', m as unknown as Json, op, src)
+    return this.add('system/message', { ...this.ts, message: sysMsg(`sys-${this.s.nextSeq}`, text) }, op, src)
   }
   assistant(content: ContentBlock[], extra: Record<string, Json> = {}): number {
     return this.add('assistant/message', { ...this.ts, message: asstMsg(`a-${this.s.nextSeq}`, content), stream: [], ...extra }, 'append')
   }
-  toolCall(callId: string, name = 'echo'): number {
-    return this.add('tool/call', { ...this.ts, callId, name, arguments: '{}' })
-  }
-  toolResult(callId: string, text: string, callSeq?: number): number {
-    return this.add('tool/result', { ...this.ts, message: toolResMsg(callId, text) }, 'append', callSeq === undefined ? undefined : [callSeq])
-  }
 }
 
-function snap(s: SessionState) {
-  return structuredClone({
-    nextSeq: s.nextSeq,
-    lastTime: s.lastTime,
-    nodes: s.nodes.map((n) => ({ seq: n.seq, type: n.type, event: n.event, message: n.message })),
-    replaceGeneration: s.replaceGeneration,
-    inbox: s.inbox,
-    lastTurn: s.lastTurn,
-    openTurn: s.openTurn,
-    openStep: s.openStep,
-    lastStep: s.lastStep,
-    latestHeader: s.latestHeader,
-    latestContext: s.latestContext,
-    snapshot: s.snapshot,
-    lastSeedSeq: s.lastSeedSeq,
-    nonSpliceSinceSeed: s.nonSpliceSinceSeed,
-    fresh: s.fresh,
-    openCompaction: s.openCompaction,
-    openCalls: [...s.openCalls.entries()],
-    anchor: s.anchor,
-    retries: [...s.retries.entries()],
-    derived: s.deriveMessages(),
-  })
-}
-
-function expectRejected(x: Sess, e: SessionEvent, cls: new (...a: never[]) => Error = LogError): void {
-  const before = snap(x.s)
-  expect(() => x.s.apply(e)).toThrow(cls)
-  expect(snap(x.s)).toEqual(before)
-}
+const snap = (s: SessionState) => snapshotState(s)
+const expectRejected = rejectionCheck(LogError, snap)
 
 describe('seq and time (SPEC §3.1.2)', () => {
   it('each event must take the next seq', () => {

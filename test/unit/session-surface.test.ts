@@ -9,109 +9,25 @@ import {
   type ContentBlock,
   type Json,
   type Message,
-  type SessionEvent,
   type SurfaceOp,
-  type UserMessage,
 } from '../../src/session/index.js'
+import { asstMsg, LogBuilder, rejectionCheck, rep, snapshotState, sysMsg, toolResMsg, userMsg } from '../helpers/session-log.js'
 
-// ---- a small log builder: every event continues the state's seq and time ----
+// ---- the log builder: every event continues the state's seq and time ----
 
-const rep = (start: number, end: number): SurfaceOp => ({ op: 'replace', start, end })
-
-function sysMsg(id: string, text: string | null): Json {
-  return { id, role: 'system', content: text === null ? [] : [{ type: 'text', text }], source: { kind: 'plugin', plugin: 'system-prompt' } }
-}
-function userMsg(id: string, text: string, source: Record<string, Json> = { kind: 'user' }): UserMessage {
-  return { id, role: 'user', content: [{ type: 'text', text }], source: source as UserMessage['source'] }
-}
-function asstMsg(id: string, content: ContentBlock[]): Json {
-  return { id, role: 'assistant', content: content as unknown as Json, source: { kind: 'model', provider: 'test', model: 'm' } }
-}
-function toolResMsg(callId: string, text: string, isError = false): Json {
-  return { id: `r-${callId}`, role: 'user', content: [{ type: 'tool-result', toolCallId: callId, isError, content: [{ type: 'text', text }] }], source: { kind: 'tool', callId } }
-}
-
-class Sess {
-  readonly s = new SessionState()
-  readonly log: SessionEvent[] = []
-  ev(type: string, data: Json, surfaceOp?: SurfaceOp, sourceEventSeqs?: number[]): SessionEvent {
-    const e: SessionEvent = { seq: this.s.nextSeq, time: this.s.lastTime + 1, type, data }
-    if (surfaceOp !== undefined) e.surfaceOp = surfaceOp
-    if (sourceEventSeqs !== undefined) e.sourceEventSeqs = sourceEventSeqs
-    return e
-  }
-  add(type: string, data: Json, surfaceOp?: SurfaceOp, sourceEventSeqs?: number[]): number {
-    const e = this.ev(type, data, surfaceOp, sourceEventSeqs)
-    this.s.apply(e)
-    this.log.push(e)
-    return e.seq
-  }
-  get ts(): { turn: number; step: number } {
-    return { turn: this.s.openTurn!, step: this.s.openStep! }
-  }
-  turnStart(): number {
-    return this.add('turn/start', { turn: this.s.lastTurn + 1 })
-  }
-  turnEnd(): number {
-    return this.add('turn/end', { turn: this.s.openTurn, reason: { kind: 'completed' } })
-  }
-  stepStart(): number {
-    return this.add('step/start', { turn: this.s.openTurn, step: this.s.lastStep + 1 })
-  }
-  stepEnd(): number {
-    return this.add('step/end', { ...this.ts })
-  }
+class Sess extends LogBuilder {
   system(id: string, text: string | null, op: SurfaceOp = 'append', src?: number[]): number {
     return this.add('system/message', { ...this.ts, message: sysMsg(id, text) }, op, src)
-  }
-  user(m: UserMessage, op: SurfaceOp = 'append', src?: number[]): number {
-    return this.add('user/message', m as unknown as Json, op, src)
   }
   assistant(id: string, content: ContentBlock[], extra: Record<string, Json> = {}): number {
     return this.add('assistant/message', { ...this.ts, message: asstMsg(id, content), stream: [], ...extra }, 'append')
   }
-  toolCall(callId: string, name = 'echo', args = '{}'): number {
-    return this.add('tool/call', { ...this.ts, callId, name, arguments: args })
-  }
-  toolResultData(callId: string, text: string, isError = false): Json {
-    return { ...this.ts, message: toolResMsg(callId, text, isError) }
-  }
-  toolResult(callId: string, text: string, callSeq?: number): number {
-    return this.add('tool/result', this.toolResultData(callId, text), 'append', callSeq === undefined ? undefined : [callSeq])
-  }
 }
 
-/** Everything apply() may touch, deep-copied. */
-function snap(s: SessionState) {
-  return structuredClone({
-    nextSeq: s.nextSeq,
-    lastTime: s.lastTime,
-    nodes: s.nodes.map((n) => ({ seq: n.seq, type: n.type, event: n.event, message: n.message })),
-    replaceGeneration: s.replaceGeneration,
-    inbox: s.inbox,
-    lastTurn: s.lastTurn,
-    openTurn: s.openTurn,
-    openStep: s.openStep,
-    lastStep: s.lastStep,
-    latestHeader: s.latestHeader,
-    latestContext: s.latestContext,
-    snapshot: s.snapshot,
-    lastSeedSeq: s.lastSeedSeq,
-    nonSpliceSinceSeed: s.nonSpliceSinceSeed,
-    openCompaction: s.openCompaction,
-    openCalls: [...s.openCalls.entries()],
-    anchor: s.anchor,
-    retries: [...s.retries.entries()],
-    derived: s.deriveMessages(),
-  })
-}
-
+/** Everything apply() may touch but `fresh`, deep-copied. */
+const snap = (s: SessionState) => snapshotState(s, { fresh: false })
 /** apply() must throw `cls` and leave every part of the state as it was. */
-function expectRejected(x: Sess, e: SessionEvent, cls: new (...a: never[]) => Error = SurfaceError): void {
-  const before = snap(x.s)
-  expect(() => x.s.apply(e)).toThrow(cls)
-  expect(snap(x.s)).toEqual(before)
-}
+const expectRejected = rejectionCheck(SurfaceError, snap)
 
 const surfaceSeqs = (s: SessionState) => s.nodes.map((n) => n.seq)
 
