@@ -246,14 +246,14 @@ export class SessionLog {
     })
   }
 
-  /** Reads what others committed and the row flags, without appending (a doorbell or a poke). */
+  /**
+   * Reads what others committed and the row flags, without appending (a doorbell or a poke). No
+   * lock: the row is read first, so every event below its next_seq is committed and readable.
+   */
   async sync(): Promise<LeanRow> {
     return this.d.mutex.run(this.key, async () => {
-      const row = await this.d.db.transaction(async (tx) => {
-        const r = this.check(await lockLean(tx, this.key))
-        await this.catchUp(tx, r)
-        return r
-      })
+      const row = this.check(await lockLean(this.d.db, this.key, false))
+      await this.catchUp(this.d.db, row)
       this.row = row
       this.onRow?.(row)
       return row

@@ -143,8 +143,8 @@ function toLean(r: Raw): LeanRow {
   }
 }
 
-export async function lockLean(db: Queryable, key: string): Promise<LeanRow | undefined> {
-  const { rows } = await db.query<Raw>(`SELECT ${LEAN} FROM sessions WHERE key = $1 FOR UPDATE`, [key])
+export async function lockLean(db: Queryable, key: string, lock = true): Promise<LeanRow | undefined> {
+  const { rows } = await db.query<Raw>(`SELECT ${LEAN} FROM sessions WHERE key = $1${lock ? ' FOR UPDATE' : ''}`, [key])
   return rows[0] ? toLean(rows[0]) : undefined
 }
 

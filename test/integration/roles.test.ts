@@ -39,7 +39,7 @@ describe('api and worker processes on one database', () => {
   it('a followup accepted by the api process runs on the worker; the worker answers only operations routes', async () => {
     const call = async (app: App, method: string, path: string, body?: unknown, key?: string) => {
       const res = await fetch(app.url + path, { method, headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(body ? { 'content-type': 'application/json' } : {}) }, body: body ? JSON.stringify(body) : undefined })
-      return { status: res.status, body: await res.json().catch(() => undefined) }
+      return { status: res.status, body: (await res.json().catch(() => undefined)) as any }
     }
     const tenant = await call(api, 'POST', '/v1/admin/tenants', { name: 'roles' }, 'admin')
     expect(tenant.status).toBe(201)
