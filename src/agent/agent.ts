@@ -38,8 +38,8 @@ import { LlmError, type LlmRequest, type LlmService, type PreparedCall, type Ret
 import { callHttpTool, parseToolArguments, runToolBatch, type HostPolicy, type PrepareDecision, type ToolCallPlan, type ToolHost, type ToolRegistry } from '../tools/index.js'
 import type { Metrics } from '../metrics.js'
 import { AbortedError, errorChain, TurnLlmError } from './errors.js'
-import { LeaseLostError, SessionLog, type CommitResult, type UnitBuilder } from './log.js'
-import { InputError, newMessageId, toUserMessage, type MessageInput } from './messages.js'
+import { LeaseLostError, SessionLog, type UnitBuilder } from './log.js'
+import { newMessageId, toUserMessage, type MessageInput } from './messages.js'
 import { canonicalTools, promptDraft, reconcile, renderPrompt, snapshotCandidate, systemNodes, type PromptAssembly, type PromptSection, type SystemPromptService } from './prompt.js'
 import type { Publisher } from './publish.js'
 import { ROUTE_TARGET, ROUTE_WAKES, type Accepted, type DeliveryRoute } from './intake.js'
@@ -968,7 +968,7 @@ export class Agent {
     const signal = this.controller!.signal
     try {
       const out = await this.hooks.runWaterfall<unknown>('tools/execute', { call, agent: this.handle(), signal }, () => this.runBody(p), { bind: this.bind })
-      return this.toOutcome(out, p)
+      return this.toOutcome(out)
     } catch (e) {
       if (signal.aborted && (e as Error)?.name === 'AbortError') return errorResult('TOOL_ABORTED', 'tool call aborted', 'AbortError')
       return errorResult('TOOL_ERROR', errorChain(e))
@@ -992,11 +992,11 @@ export class Agent {
     const reg = this.registry.get(p.name)
     if (!reg) return errorResult('UNKNOWN_TOOL', `unknown tool ${p.name}`)
     const value = await reg.execute(p.arguments, { signal, callId: p.callId, sessionId: this.id, agent: this.handle(reg.plugin) })
-    return { ...this.toOutcome(value, p), plugin: reg.plugin }
+    return { ...this.toOutcome(value), plugin: reg.plugin }
   }
 
   /** A body's value as an outcome; a value of the wrong shape is TOOL_BAD_RESULT. */
-  private toOutcome(v: unknown, p: ToolCallPlan): ToolOutcome {
+  private toOutcome(v: unknown): ToolOutcome {
     const o = v as ToolOutcome & { content: unknown }
     if (!o || typeof o !== 'object') return errorResult('TOOL_BAD_RESULT', 'tool answered an invalid result')
     if (Array.isArray(o.content) && o.error !== undefined) return o as ToolOutcome // already an outcome (http)
@@ -1015,7 +1015,6 @@ export class Agent {
     if (Array.isArray(o.additionalContexts)) out.additionalContexts = o.additionalContexts
     if (o.meta !== undefined) out.meta = o.meta
     if (o.plugin) out.plugin = o.plugin
-    void p
     return out
   }
 
@@ -1035,7 +1034,7 @@ export class Agent {
       const post = await this.hooks.runWaterfall<unknown>('tools/post-execute', { call, result: o, agent: this.handle(), signal }, (x: { result: ToolOutcome }) => x.result, { bind: this.bind })
       const b = post as { kind?: string; reason?: string }
       if (b?.kind === 'block') o = errorResult('TOOL_ERROR', `tool result blocked: ${b.reason ?? 'by policy'}`)
-      else if (post !== o) o = { ...o, ...this.toOutcome(post, p), plugin: o.plugin }
+      else if (post !== o) o = { ...o, ...this.toOutcome(post), plugin: o.plugin }
     } catch (e) {
       o = errorResult('TOOL_ERROR', `tool post-processing failed: ${errorChain(e)}`)
     }
@@ -1161,4 +1160,3 @@ function failureOf(f: ReturnType<typeof assembleBlocks>['finish']): LlmFailure |
   return f && (f.kind === 'error' || f.kind === 'aborted') ? f.failure : undefined
 }
 
-export type { CommitResult, InputError }

@@ -54,10 +54,6 @@ export class LiveAttempts {
     return { event: 'agent/assistant-stream', data: { kind: 'snapshot', attemptId: a.attemptId, revision: a.revision, turn: a.turn, step: a.step, stream: structuredClone(a.acc.records) } }
   }
 
-  get size(): number {
-    return this.inflight.size
-  }
-
   close(): void {
     this.off()
     clearInterval(this.sweep)
