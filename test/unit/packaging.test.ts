@@ -11,6 +11,11 @@ import { MIGRATIONS_DIR } from '../../src/store/migrate.js'
 import { WEB_DIR } from '../../src/http/ops.js'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+
+/** Node.js LTS lines and the day each one stops being supported (nodejs.org release schedule). */
+const NODE_LTS_END_OF_LIFE: Record<number, string> = { 20: '2026-04-30', 22: '2027-04-30', 24: '2028-04-30', 26: '2029-04-30' }
+/** Build and test tools a production install must not bring. */
+const DEV_TOOLS = ['tsx', 'esbuild', 'typescript', 'vite', 'vitest', 'playwright-core', 'supertest']
 const API_MD = path.resolve(ROOT, '../shared/API.md')
 const read = (rel: string) => fs.readFileSync(path.join(ROOT, rel), 'utf8')
 
@@ -97,9 +102,34 @@ describe('Dockerfile', () => {
         return { from: Object.fromEntries(flags).from as string | undefined, sources: parts.slice(0, -1), dest: path.posix.resolve(workdir(s), dest) }
       })
 
-  it('is multi-stage on Node 20', () => {
+  it('is multi-stage on one supported Node LTS line, which the code declares it runs on', () => {
     expect(stages.length).toBeGreaterThanOrEqual(2)
-    for (const s of stages) expect(s.from, 'every stage starts from a Node 20 image').toMatch(/^node:20([.-]|$)/)
+    const images = [...new Set(stages.map((s) => s.from))]
+    expect(images, 'every stage starts from the same image, so what is built is what runs').toHaveLength(1)
+    const m = /^node:(\d+)(-[a-z0-9-]+)?$/.exec(images[0])
+    expect(m, `${images[0]} is an official node image tagged by its major version`).not.toBeNull()
+    const major = Number(m![1])
+    const eol = NODE_LTS_END_OF_LIFE[major]
+    expect(eol, `Node ${major} is an LTS line (known: ${Object.keys(NODE_LTS_END_OF_LIFE).join(', ')})`).toBeDefined()
+    expect(new Date().toISOString().slice(0, 10) < eol, `Node ${major} reached its end of life on ${eol}: move the image to a newer LTS line`).toBe(true)
+    // package.json's engines range covers both the image and the Node that runs this test (CI: 20)
+    const engines = (JSON.parse(read('package.json')) as { engines: { node: string } }).engines.node
+    const min = /^>=(\d+)(?:\.(\d+))?/.exec(engines)
+    expect(min, `engines.node is a lower bound, got ${engines}`).not.toBeNull()
+    expect(major).toBeGreaterThanOrEqual(Number(min![1]))
+    expect(Number(process.versions.node.split('.')[0])).toBeGreaterThanOrEqual(Number(min![1]))
+  })
+
+  it('carries no dev tooling: tsx, esbuild and TypeScript are dev dependencies, which the image omits', () => {
+    const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string>; devDependencies: Record<string, string>; scripts: Record<string, string> }
+    for (const tool of DEV_TOOLS) expect(Object.keys(pkg.dependencies), `${tool} is not a production dependency`).not.toContain(tool)
+    // what `npm ci --omit=dev` installs: every locked package not marked dev
+    const lock = JSON.parse(read('package-lock.json')) as { packages: Record<string, { dev?: boolean }> }
+    const shipped = Object.entries(lock.packages).filter(([p, e]) => p && !e.dev).map(([p]) => p.replace(/^.*node_modules\//, ''))
+    for (const tool of [...DEV_TOOLS, '@esbuild/linux-x64']) expect(shipped, `the image would carry ${tool}`).not.toContain(tool)
+    // `npm ci && npm start` still works from a clone: npm ci installs dev dependencies too
+    const starter = pkg.scripts.start.split(/\s+/)[0]
+    expect({ ...pkg.dependencies, ...pkg.devDependencies }, `npm start runs ${starter}`).toHaveProperty(starter)
   })
 
   it('builds with the dev toolchain in an earlier stage and ships production dependencies only', () => {
@@ -291,13 +321,16 @@ describe('docker-compose.yml', () => {
     expect(url.pathname.slice(1)).toBe(pgEnv.POSTGRES_DB)
   })
 
-  it('publishes the port the server listens on, on all interfaces, with an admin token', () => {
+  it('publishes the port on the loopback interface only, and needs an admin token the user chose', () => {
     const env = composeEnv(services.agentd.environment)
+    // inside the container the server listens on every interface; the host publishes it on 127.0.0.1
     expect(env.HOST).toBe('0.0.0.0')
     const port = env.PORT ?? '8080'
-    expect((services.agentd.ports as Yaml[]).map(String)).toContain(`${port}:${port}`)
-    expect(env.AGENTD_ADMIN_TOKEN).toMatch(/^\$\{AGENTD_ADMIN_TOKEN(:-[^}]+)?\}$/)
+    expect((services.agentd.ports as Yaml[]).map(String)).toEqual([`127.0.0.1:${port}:${port}`])
+    // `:?` makes compose refuse to start when the variable is unset or empty: there is no default token
+    expect(env.AGENTD_ADMIN_TOKEN).toMatch(/^\$\{AGENTD_ADMIN_TOKEN:\?[^}]+\}$/)
     expect(services.agentd.restart).toBe('unless-stopped')
+    expect(services.postgres.ports, 'PostgreSQL is reachable only by the agentd service').toBeUndefined()
   })
 
   it('sets only documented configuration variables and keeps the database in a named volume', () => {
