@@ -22,6 +22,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { ERROR_STATUS } from '../src/errors.js'
 import { checkEventShape, KNOWN_EVENT_TYPES } from '../src/session/index.js'
+import { writeOrCheck } from './generated.js'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 export const API_DOC = path.join(ROOT, 'docs/api.md')
@@ -363,21 +364,7 @@ export function renderApiDoc(o: { template?: string; openapi?: OpenApiDoc } = {}
 }
 
 async function main(): Promise<void> {
-  const check = process.argv.slice(2).includes('--check')
-  const { text } = renderApiDoc()
-  const rel = path.relative(process.cwd(), API_DOC) || API_DOC
-  if (check) {
-    const current = fs.existsSync(API_DOC) ? fs.readFileSync(API_DOC, 'utf8') : undefined
-    if (current !== text) {
-      process.stderr.write(`${rel} is ${current === undefined ? 'missing' : 'stale'}: run \`npm run docs\` and commit the result\n`)
-      process.exit(1)
-    }
-    process.stdout.write(`${rel} is up to date\n`)
-    return
-  }
-  fs.mkdirSync(path.dirname(API_DOC), { recursive: true })
-  fs.writeFileSync(API_DOC, text)
-  process.stdout.write(`wrote ${rel}\n`)
+  writeOrCheck(API_DOC, renderApiDoc().text, { command: 'npm run docs', check: process.argv.slice(2).includes('--check') })
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -12,31 +12,11 @@ import { describe, expect, it } from 'vitest'
 import { loadConfig } from '../../src/config.js'
 import { parseModelsFile } from '../../src/llm/index.js'
 import { DocsError, renderApiDoc, type OpenApiDoc } from '../../scripts/docs.js'
+import { codeBlocks, section, tableRows } from '../helpers/markdown.js'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const read = (rel: string) => fs.readFileSync(path.join(ROOT, rel), 'utf8')
 const STALE = 'docs/api.md is stale: run `npm run docs` and commit the result'
-
-/** The text from a heading matching `heading` to the next heading of the same or a higher level. */
-function section(md: string, heading: RegExp): string {
-  const lines = md.split('\n')
-  const at = lines.findIndex((l) => heading.test(l))
-  if (at < 0) throw new Error(`no heading ${heading}`)
-  const level = /^(#+)/.exec(lines[at])![1].length
-  const end = lines.findIndex((l, k) => k > at && /^(#+)\s/.test(l) && /^(#+)/.exec(l)![1].length <= level)
-  return lines.slice(at, end < 0 ? undefined : end).join('\n')
-}
-
-/** Body rows of the markdown tables in `text`, as trimmed cells. */
-function tableRows(text: string): string[][] {
-  return text
-    .split('\n')
-    .filter((l) => /^\s*\|/.test(l) && !/^\s*\|[\s:|-]+\|\s*$/.test(l))
-    .map((l) => l.trim().replace(/^\||\|$/g, '').split(/(?<!\\)\|/).map((c) => c.trim()))
-    .slice(1)
-}
-
-const codeBlocks = (md: string, lang: string) => [...md.matchAll(new RegExp('```' + lang + '\\n([\\s\\S]*?)```', 'g'))].map((m) => m[1])
 
 describe('docs/api.md', () => {
   it('is what `npm run docs` generates from openapi/openapi.json, the event catalogue and the error codes', () => {

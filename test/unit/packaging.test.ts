@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
 import { MIGRATIONS_DIR } from '../../src/store/migrate.js'
 import { WEB_DIR } from '../../src/http/ops.js'
+import { section, tableRows } from '../helpers/markdown.js'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 
@@ -347,25 +348,6 @@ describe('docker-compose.yml', () => {
 /** The variables docs/configuration.md documents (docs.test.ts checks them against src/config.ts). */
 function configVariables(): string[] {
   return tableRows(section(read('docs/configuration.md'), /^##\s+variables\b/i)).map((r) => r[0].replace(/`/g, ''))
-}
-
-/** The text from a heading matching `heading` to the next heading of the same or a higher level. */
-function section(md: string, heading: RegExp): string {
-  const lines = md.split('\n')
-  const at = lines.findIndex((l) => heading.test(l))
-  if (at < 0) throw new Error(`no heading ${heading}`)
-  const level = /^(#+)/.exec(lines[at])![1].length
-  const end = lines.findIndex((l, k) => k > at && /^(#+)\s/.test(l) && /^(#+)/.exec(l)![1].length <= level)
-  return lines.slice(at, end < 0 ? undefined : end).join('\n')
-}
-
-/** Body rows of the markdown tables in `text`, as trimmed cells. */
-function tableRows(text: string): string[][] {
-  return text
-    .split('\n')
-    .filter((l) => /^\s*\|/.test(l) && !/^\s*\|[\s:|-]+\|\s*$/.test(l))
-    .map((l) => l.trim().replace(/^\||\|$/g, '').split(/(?<!\\)\|/).map((c) => c.trim()))
-    .filter((cells) => !/^variable$/i.test(cells[0])) // the header row
 }
 
 /** The commands in the code blocks of a markdown text. */
