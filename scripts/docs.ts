@@ -68,7 +68,14 @@ interface Render {
   refs: Set<string>
 }
 
-const refName = (ref: string) => decodeURIComponent(ref.split('/').at(-1)!)
+const refName = (ref: string) => decodeURIComponent(ref.replace(/#$/, '').split('/').at(-1)!)
+
+/** Texts from the route schemas may point at the contract's sections (SPEC §14, API.md §10), which users do not have. */
+export const userText = (s: string) =>
+  s
+    .replace(/\s*\(?\b(?:SPEC|API\.md|DESIGN\.md)(?:\s*§\s*[\w.]+(?:\s*[,–-]\s*§?\s*[\w.]+)*)?\)?/g, '')
+    .replace(/\s+([.,;])/g, '$1')
+    .trim()
 
 /** Follows a `$ref` to a component that is not a schema (a response, a parameter, a request body). */
 function follow(o: Schema | undefined, doc: OpenApiDoc): Schema | undefined {
@@ -84,7 +91,7 @@ function follow(o: Schema | undefined, doc: OpenApiDoc): Schema | undefined {
 /** What a schema constrains, in words, for a comment beside its field. */
 function notes(s: Schema, inCode = true): string {
   const out: string[] = []
-  if (typeof s.description === 'string') out.push(s.description)
+  if (typeof s.description === 'string' && userText(s.description)) out.push(userText(s.description))
   if (s.type === 'string' || s.minLength !== undefined || s.maxLength !== undefined) {
     if (s.minLength !== undefined && s.maxLength !== undefined) out.push(`${s.minLength}–${s.maxLength} characters`)
     else if (s.maxLength !== undefined) out.push(`at most ${s.maxLength} characters`)
@@ -97,7 +104,7 @@ function notes(s: Schema, inCode = true): string {
   else if (s.minimum !== undefined) out.push(`at least ${s.minimum}`)
   else if (s.maximum !== undefined) out.push(`at most ${s.maximum}`)
   if (s.maxItems !== undefined) out.push(`at most ${s.maxItems} items`)
-  if (s.type === 'array' && s.items && !s.items.$ref && typeof s.items.description === 'string' && s.description === undefined) out.push(`each: ${s.items.description}`)
+  if (s.type === 'array' && s.items && !s.items.$ref && typeof s.items.description === 'string' && s.description === undefined && userText(s.items.description)) out.push(`each: ${userText(s.items.description)}`)
   return out.join('; ')
 }
 
@@ -162,7 +169,7 @@ function objectOf(s: Schema, r: Render, indent: number): string {
 
 function codeBlock(s: Schema | undefined, r: Render): string[] {
   const out: string[] = []
-  if (s && !s.$ref && typeof s.description === 'string') out.push(s.description, '')
+  if (s && !s.$ref && typeof s.description === 'string' && userText(s.description)) out.push(userText(s.description), '')
   out.push('```ts', typeOf(s, r, 0), '```')
   return out
 }
@@ -179,14 +186,13 @@ function renderOperation(method: string, p: string, op: Operation, doc: OpenApiD
   const r: Render = { doc, refs: new Set() }
   const out: string[] = [`<a id="${anchor('route', method, p)}"></a>`, '', `### ${method.toUpperCase()} ${p}`, '']
   const facts: string[] = []
-  // summaries may point at the contract's sections, which users do not have
-  const summary = op.summary?.replace(/\s*\((SPEC|API\.md)\b[^)]*\)/g, '')
+  const summary = op.summary && userText(op.summary)
   if (summary) facts.push(`${summary.replace(/\.$/, '')}.`)
   const schemes = (op.security ?? []).flatMap((s) => Object.keys(s))
   facts.push(schemes.length ? `Needs ${schemes.map((k) => SECURITY[k] ?? `\`${k}\``).join(' or ')}.` : 'Needs no key.')
   if (op.operationId) facts.push(`Operation id \`${op.operationId}\`.`)
   out.push(facts.join(' '), '')
-  if (op.description) out.push(op.description.replace(/\s*\((SPEC|API\.md)\b[^)]*\)/g, ''), '')
+  if (op.description && userText(op.description)) out.push(userText(op.description), '')
 
   const params = (op.parameters ?? []).map((x) => follow(x, doc)!)
   for (const where of ['path', 'query', 'header']) {
@@ -194,7 +200,7 @@ function renderOperation(method: string, p: string, op: Operation, doc: OpenApiD
     if (!list.length) continue
     out.push(`${where === 'path' ? 'Path' : where === 'query' ? 'Query' : 'Header'} parameters:`, '')
     for (const x of list) {
-      const note = [x.description, notes(x.schema ?? {}, false)].filter(Boolean).join('; ')
+      const note = [x.description && userText(x.description), notes(x.schema ?? {}, false)].filter(Boolean).join('; ')
       out.push(`- \`${x.name}\`${x.required ? '' : ' (optional)'}: ${typeOf(x.schema, r, 0).replace(/\n\s*/g, ' ')}${note ? ` — ${note}` : ''}`)
     }
     out.push('')
@@ -216,7 +222,8 @@ function renderOperation(method: string, p: string, op: Operation, doc: OpenApiD
       continue
     }
     const res = follow(raw, doc)!
-    const said = typeof res.description === 'string' && !/^(HTTP \d+|OK|No content)$/i.test(res.description) ? `${res.description.replace(/\.$/, '')}.` : ''
+    const told = typeof res.description === 'string' ? userText(res.description) : ''
+    const said = told && !/^(HTTP \d+|OK|No content)$/i.test(told) ? `${told.replace(/\.$/, '')}.` : ''
     const content = res.content as Record<string, { schema?: Schema }> | undefined
     const json = content?.['application/json']
     let lines: string[]
