@@ -1,11 +1,15 @@
 # syntax=docker/dockerfile:1
-# agentd: build with the dev toolchain, run on production dependencies only, as a non-root user.
+# agentd: compiled with tsc in a build stage; the image runs `node dist/main.js` on production
+# dependencies only (no tsx, esbuild or TypeScript), as the unprivileged user "node".
 #   docker build -t agentd .
-#   docker run -p 8080:8080 -v agentd-data:/data agentd          (embedded database in /data)
-#   docker run -p 8080:8080 -e DATABASE_URL=postgres://… agentd   (PostgreSQL)
+#   docker run -p 127.0.0.1:8080:8080 -v agentd-data:/data agentd           (embedded database in /data)
+#   docker run -p 127.0.0.1:8080:8080 -e DATABASE_URL=postgres://… agentd    (PostgreSQL)
+#
+# Node 24 is an LTS line supported until April 2028 (Node 20, which the code also runs on, reached its
+# end of life in April 2026). Both stages use the same image, so what was built is what runs.
 
 # ---- build: TypeScript → dist/ ----
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
@@ -14,7 +18,7 @@ COPY . .
 RUN mkdir -p web openapi && npm run build
 
 # ---- runtime ----
-FROM node:20-bookworm-slim AS runtime
+FROM node:24-bookworm-slim AS runtime
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
     PORT=8080 \

@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url'
 import { loadConfig } from '../src/config.js'
 import { startApp } from '../src/app.js'
 import { openDb } from '../src/store/index.js'
+import { writeOrCheck } from './generated.js'
 
 export const OPENAPI_FILE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../openapi/openapi.json')
 
@@ -44,23 +45,10 @@ export async function servedDocument(): Promise<unknown> {
 }
 
 async function main(): Promise<void> {
-  const check = process.argv.slice(2).includes('--check')
   const text = formatDocument(await servedDocument())
-  const rel = path.relative(process.cwd(), OPENAPI_FILE) || OPENAPI_FILE
-  if (check) {
-    const current = fs.existsSync(OPENAPI_FILE) ? fs.readFileSync(OPENAPI_FILE, 'utf8') : undefined
-    if (current !== text) {
-      process.stderr.write(`${rel} is ${current === undefined ? 'missing' : 'stale'}: run \`npm run openapi\` and commit the result\n`)
-      process.exit(1)
-    }
-    process.stdout.write(`${rel} is up to date\n`)
-    return
-  }
-  fs.mkdirSync(path.dirname(OPENAPI_FILE), { recursive: true })
-  fs.writeFileSync(OPENAPI_FILE, text)
   const doc = JSON.parse(text) as { paths: Record<string, Record<string, unknown>> }
   const operations = Object.values(doc.paths).reduce((n, p) => n + Object.keys(p).length, 0)
-  process.stdout.write(`wrote ${rel}: ${Object.keys(doc.paths).length} paths, ${operations} operations\n`)
+  writeOrCheck(OPENAPI_FILE, text, { command: 'npm run openapi', check: process.argv.slice(2).includes('--check'), wrote: `${Object.keys(doc.paths).length} paths, ${operations} operations` })
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

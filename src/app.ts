@@ -1,8 +1,6 @@
 // Composition: config → store, bus, hooks (cordis root), llm, tools, plugins, worker host, http.
 
 import crypto from 'node:crypto'
-import fs from 'node:fs'
-import path from 'node:path'
 import pino, { type Logger } from 'pino'
 import type { FastifyInstance } from 'fastify'
 import type { Config } from './config.js'
@@ -11,12 +9,14 @@ import { Feeds, LiveAttempts, LocalHub, PgBus, type Bus, type LiveFrame } from '
 import { createRoot, type Context } from './hooks/index.js'
 import { buildHttp, type DriverControl } from './http/index.js'
 import { Metrics } from './metrics.js'
-import { createLlmService, type LlmService, type LlmServiceOptions } from './llm/index.js'
+import type { LlmService, LlmServiceOptions } from './llm/index.js'
 import { COMPACTOR, loadBuiltinPlugins, loadServerPlugins, type Compactor } from './plugins/index.js'
-import { migrate, openDb, pruneIdempotency, schemaCurrent, tenants, type Db, type SessionRow } from './store/index.js'
-import { checkToolUrl, parseToolHosts, ToolRegistry, type HostPolicy } from './tools/index.js'
+import { migrate, openDb, pruneIdempotency, schemaCurrent, type Db, type SessionRow } from './store/index.js'
+import { checkToolUrl, ToolRegistry } from './tools/index.js'
 import { WorkerHost } from './worker/index.js'
 import { ApiError } from './errors.js'
+import { ensureEmbeddedTenant } from './embedded-tenant.js'
+import { pluginConfigError, preflight } from './preflight.js'
 
 export interface App {
   config: Config
@@ -52,21 +52,27 @@ export interface StartOptions {
 
 export async function startApp(config: Config, o: StartOptions = {}): Promise<App> {
   const log = o.log ?? pino({ level: config.logLevel, base: { pid: process.pid } })
+  // the whole configuration, models file and plugins included, is checked before anything is written
+  const { llm, toolPolicy } = preflight(config, { log, ...(o.llm ?? {}) })
+  const metrics = new Metrics()
+  const root = createRoot()
+  root.provide('tools', undefined, true)
+  root.plugin(ToolRegistry)
+  root.provide('systemPrompt', undefined, true)
+  root.plugin(SystemPromptService)
+  // what built-in plugins reach through the root: the model service and the logger
+  root.provide('llm', llm, true)
+  root.provide('log', log, true)
+  loadBuiltinPlugins(root, config.builtinPlugins, { compaction: { model: config.compactionModel } })
+  await loadServerPlugins(root, config.plugins).catch((e) => Promise.reject(pluginConfigError(e)))
+  for (const p of o.plugins ?? []) p(root)
+
   const db = o.db ?? (await openDb({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }))
   const cleanup: Array<() => Promise<void> | void> = []
   try {
     await migrate(db)
     let firstKey: string | undefined
     if (!config.databaseUrl && !o.db) firstKey = await ensureEmbeddedTenant(db, config.dataDir, log)
-
-    const metrics = new Metrics()
-    const root = createRoot()
-    root.provide('tools', undefined, true)
-    root.plugin(ToolRegistry)
-    root.provide('systemPrompt', undefined, true)
-    root.plugin(SystemPromptService)
-    const toolPolicy: HostPolicy = parseToolHosts(config.toolHosts)
-    const llm = createLlmService({ modelsFile: config.modelsFile, defaultModel: config.defaultModel, log, ...(o.llm ?? {}) })
 
     let bus: Bus
     if (config.databaseUrl && db.kind === 'pg') {
@@ -94,13 +100,6 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     const feeds = new Feeds(bus, db)
     const attempts = new LiveAttempts(bus)
     cleanup.push(() => attempts.close())
-
-    // what built-in plugins reach through the root: the model service and the logger
-    root.provide('llm', llm, true)
-    root.provide('log', log, true)
-    loadBuiltinPlugins(root, config.builtinPlugins, { compaction: { model: config.compactionModel } })
-    await loadServerPlugins(root, config.plugins)
-    for (const p of o.plugins ?? []) p(root)
 
     {
       const agentDeps: AgentDeps = {
@@ -207,16 +206,4 @@ async function compactNow(host: WorkerHost, bus: Bus, root: Context, row: Sessio
     // an api process hands the session back at once: it renews no leases
     if (transient) await host.drop(row.key, { release: true })
   }
-}
-
-/** API.md §3: the first embedded start creates tenant `default` and prints its key once. */
-async function ensureEmbeddedTenant(db: Db, dataDir: string, log: Logger): Promise<string | undefined> {
-  if ((await tenants.countTenants(db)) > 0) return undefined
-  const t = await tenants.createTenant(db, 'default')
-  const file = path.join(dataDir, 'api-key')
-  fs.mkdirSync(dataDir, { recursive: true })
-  fs.writeFileSync(file, `${t.apiKey}\n`, { mode: 0o600 })
-  log.info({ file }, 'created tenant "default"; its API key is printed below once and kept in the api-key file')
-  process.stdout.write(`\nagentd API key (tenant "default"): ${t.apiKey}\n\n`)
-  return t.apiKey
 }

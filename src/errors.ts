@@ -18,7 +18,8 @@ export type ErrorCode =
   | 'internal'
   | 'unavailable'
 
-const STATUS: Record<ErrorCode, number> = {
+/** Every code a client can see, with its HTTP status (docs/api.md's error table is checked against it). */
+export const ERROR_STATUS: Readonly<Record<ErrorCode, number>> = {
   'bad-request': 400,
   unauthorized: 401,
   'session-not-found': 404,
@@ -47,7 +48,7 @@ export class ApiError extends Error {
   constructor(readonly code: ErrorCode, message: string, readonly details?: ErrorDetail[], readonly headers?: Record<string, string>) {
     super(message)
     this.name = 'ApiError'
-    this.status = STATUS[code]
+    this.status = ERROR_STATUS[code]
   }
 
   toJSON() {

@@ -1,20 +1,29 @@
 // Process entry: config, start, graceful shutdown (SIGTERM drains drivers, SPEC §18.12).
 
-import { loadConfig, ConfigError } from './config.js'
+import { loadConfig, ConfigError, type Config } from './config.js'
 import { startApp } from './app.js'
 
+/** A start that cannot go on: one line on stderr. A bad setting names its variable and exits 2. */
+function fail(e: unknown, config?: Config): never {
+  if (e instanceof ConfigError) {
+    process.stderr.write(`agentd: ${e.message}\n`)
+    process.exit(2)
+  }
+  const message = (e as Error)?.message?.split('\n')[0] || String(e)
+  // the stack helps a bug report; it is there for whoever asks for it
+  const debug = config && ['debug', 'trace'].includes(config.logLevel)
+  process.stderr.write(debug ? `agentd failed to start: ${(e as Error)?.stack ?? message}\n` : `agentd failed to start: ${message} (LOG_LEVEL=debug shows where)\n`)
+  process.exit(1)
+}
+
 async function main(): Promise<void> {
-  let config
+  let config: Config
   try {
     config = loadConfig()
   } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`agentd: ${e.message}\n`)
-      process.exit(2)
-    }
-    throw e
+    fail(e)
   }
-  const app = await startApp(config)
+  const app = await startApp(config).catch((e) => fail(e, config))
   let closing = false
   const shutdown = async (signal: string) => {
     if (closing) return
@@ -38,7 +47,4 @@ async function main(): Promise<void> {
   process.on('unhandledRejection', (e) => app.log.error({ err: e }, 'unhandled rejection'))
 }
 
-main().catch((e) => {
-  process.stderr.write(`agentd failed to start: ${(e as Error)?.stack ?? e}\n`)
-  process.exit(1)
-})
+main().catch((e) => fail(e))

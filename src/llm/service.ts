@@ -7,7 +7,7 @@ import { runAdapter, STOP_APIS } from './adapter.js'
 import { toPiContext } from './convert.js'
 import { ensureFauxRegistered, FAUX_ECHO, FAUX_ECHO_MODEL } from './faux.js'
 import { loadModelsFile, parseModelsFile, type ModelsFile, type ProviderEntry } from './models.js'
-import { DEFAULT_RETRY_POLICY, LlmError, type LlmRequest, type LlmService, type ModelInfo, type PreparedCall, type RetryPolicy } from './types.js'
+import { DEFAULT_RETRY_POLICY, LlmError, ModelConfigError, type LlmRequest, type LlmService, type ModelInfo, type PreparedCall, type RetryPolicy } from './types.js'
 
 /** A pino-like logger; only debug is used, and never with credentials. */
 export interface LlmLog {
@@ -50,7 +50,12 @@ export function createLlmService(opts: LlmServiceOptions = {}): LlmService {
   const log = opts.log
   ensureFauxRegistered()
   const modelsPath = opts.modelsFile ?? (env.AGENTD_MODELS || undefined)
-  const file: ModelsFile | undefined = opts.models !== undefined ? parseModelsFile(opts.models) : modelsPath ? loadModelsFile(modelsPath) : undefined
+  let file: ModelsFile | undefined
+  try {
+    file = opts.models !== undefined ? parseModelsFile(opts.models) : modelsPath ? loadModelsFile(modelsPath) : undefined
+  } catch (e) {
+    throw new ModelConfigError('AGENTD_MODELS', (e as Error).message)
+  }
 
   const fileRoutes = new Map<string, Route>()
   for (const p of file?.providers ?? []) for (const m of p.models) fileRoutes.set(`${p.name}/${m.id}`, fileRoute(p, m.id))
@@ -72,7 +77,7 @@ export function createLlmService(opts: LlmServiceOptions = {}): LlmService {
 
   const firstFileModel = file?.providers[0] ? `${file.providers[0].name}/${file.providers[0].models[0]!.id}` : undefined
   const defaultModel = opts.defaultModel ?? (env.AGENTD_DEFAULT_MODEL || undefined) ?? firstFileModel ?? FAUX_ECHO
-  if (!resolveRef(defaultModel)) throw new Error(`default model ${JSON.stringify(defaultModel)} does not resolve (want provider/modelId from the models file, pi-ai's catalogue or faux/echo)`)
+  if (!resolveRef(defaultModel)) throw new ModelConfigError('AGENTD_DEFAULT_MODEL', `default model ${JSON.stringify(defaultModel)} does not resolve (want provider/modelId from the models file, pi-ai's catalogue or faux/echo)`)
 
   return {
     defaultModel,

@@ -76,6 +76,14 @@ export class LlmError extends Error {
   }
 }
 
+/** A model setting that cannot work (a bad models file, a default model that does not resolve), naming its variable. */
+export class ModelConfigError extends Error {
+  constructor(readonly variable: 'AGENTD_MODELS' | 'AGENTD_DEFAULT_MODEL', message: string) {
+    super(message)
+    this.name = 'ModelConfigError'
+  }
+}
+
 export interface LlmService {
   /** `provider/modelId` → the route, from the models file, then pi-ai's catalogue, then `faux/*`. */
   resolveModel(ref: string): ModelInfo | undefined

@@ -1,0 +1,119 @@
+// Starting the server as a user does (`node --import tsx src/main.ts`, what `npm start` runs): a bad
+// setting stops the start with one line naming its variable, exit code 2, and nothing written to the
+// data directory; the first embedded start shows tenant "default"'s key once, and a later start on the
+// same data directory says where the key is without showing it (API.md §3).
+
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { afterAll, describe, expect, it } from 'vitest'
+
+const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-start-'))
+afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }))
+
+interface Run {
+  code: number | null
+  stdout: string
+  stderr: string
+}
+
+/** The environment of a user's shell: none of the server's own variables unless given. */
+function userEnv(env: Record<string, string>): NodeJS.ProcessEnv {
+  const out: NodeJS.ProcessEnv = {}
+  for (const [k, v] of Object.entries(process.env)) if (!/^(AGENTD_|DATABASE_URL$|PORT$|HOST$|LOG_LEVEL$)/.test(k)) out[k] = v
+  return { ...out, PORT: '0', ...env }
+}
+
+/**
+ * Starts the server; `stopWhen` returns true on the output seen so far to have it stopped with SIGTERM
+ * (else it must exit on its own).
+ */
+function start(env: Record<string, string>, stopWhen?: (stdout: string) => boolean): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: PROJECT, env: userEnv(env), stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    let stopped = false
+    const timer = setTimeout(() => child.kill('SIGKILL'), 60000)
+    child.stdout.on('data', (c) => {
+      stdout += c
+      if (!stopped && stopWhen?.(stdout)) {
+        stopped = true
+        child.kill('SIGTERM')
+      }
+    })
+    child.stderr.on('data', (c) => (stderr += c))
+    child.on('error', reject)
+    child.on('close', (code) => {
+      clearTimeout(timer)
+      resolve({ code, stdout, stderr })
+    })
+  })
+}
+
+const write = (name: string, text: string) => {
+  const f = path.join(tmp, name)
+  fs.writeFileSync(f, text)
+  return f
+}
+
+describe('a bad setting', () => {
+  const models = (body: unknown) => write(`models-${Math.random().toString(36).slice(2)}.json`, JSON.stringify(body))
+  const local = (extra: Record<string, unknown>) => ({ providers: { local: { api: 'openai-completions', baseUrl: 'http://127.0.0.1:11434/v1', models: [{ id: 'qwen3' }], ...extra } } })
+  const cases: Array<{ name: string; env: () => Record<string, string>; variable: string; problem: RegExp }> = [
+    { name: 'a models file with an unknown field', env: () => ({ AGENTD_MODELS: models({ providers: { local: { api: 'openai-completions', baseUrl: 'http://127.0.0.1:11434/v1', models: [{ id: 'qwen3', contxtWindow: 8 }] } } }) }), variable: 'AGENTD_MODELS', problem: /providers\.local\.models\[0\]\.contxtWindow: unknown field$/ },
+    { name: 'a models file that is not JSON', env: () => ({ AGENTD_MODELS: write('broken.json', '{"providers": {') }), variable: 'AGENTD_MODELS', problem: /not valid JSON/ },
+    { name: 'a models file that is not there', env: () => ({ AGENTD_MODELS: path.join(tmp, 'absent.json') }), variable: 'AGENTD_MODELS', problem: /cannot read it/ },
+    { name: 'a models file with an unknown api', env: () => ({ AGENTD_MODELS: models(local({ api: 'telepathy' })) }), variable: 'AGENTD_MODELS', problem: /providers\.local\.api: unknown pi-ai API "telepathy"$/ },
+    { name: 'a default model that does not resolve', env: () => ({ AGENTD_DEFAULT_MODEL: 'nowhere/nothing' }), variable: 'AGENTD_DEFAULT_MODEL', problem: /"nowhere\/nothing" does not resolve/ },
+    { name: 'a compaction model that does not resolve', env: () => ({ AGENTD_COMPACTION_MODEL: 'nowhere/nothing' }), variable: 'AGENTD_COMPACTION_MODEL', problem: /"nowhere\/nothing" does not resolve/ },
+    { name: 'a malformed tool host', env: () => ({ AGENTD_TOOL_HOSTS: '10.0.0.0/99' }), variable: 'AGENTD_TOOL_HOSTS', problem: /malformed entry "10\.0\.0\.0\/99"/ },
+    { name: 'a plugin module that is not there', env: () => ({ AGENTD_PLUGINS: path.join(tmp, 'absent-plugin.mjs') }), variable: 'AGENTD_PLUGINS', problem: /absent-plugin\.mjs failed to load/ },
+    { name: 'a plugin that throws while loading', env: () => ({ AGENTD_PLUGINS: write('throws.mjs', "export default () => { throw new Error('no licence') }") }), variable: 'AGENTD_PLUGINS', problem: /throws\.mjs failed to load: no licence$/ },
+    { name: 'a port that is not a number', env: () => ({ PORT: 'eighty' }), variable: 'PORT', problem: /must be a whole number/ },
+  ]
+
+  it.each(cases)('$name: one line naming $variable, exit code 2, nothing written', async ({ env, variable, problem }) => {
+    const dataDir = path.join(tmp, `data-${variable}-${Math.random().toString(36).slice(2)}`)
+    const r = await start({ AGENTD_DATA_DIR: dataDir, ...env() })
+    expect(r.code, r.stdout + r.stderr).toBe(2)
+    const lines = r.stderr.split('\n').filter(Boolean)
+    expect(lines, r.stderr).toHaveLength(1)
+    expect(lines[0].startsWith(`agentd: ${variable}`), lines[0]).toBe(true)
+    expect(lines[0]).toMatch(problem)
+    expect(r.stdout, 'no key, no log line: nothing started').toBe('')
+    expect(fs.existsSync(dataDir), 'the data directory was not created').toBe(false)
+  })
+})
+
+describe('the embedded tenant key', () => {
+  it('is shown once on the first start, kept in the api-key file, and only pointed to on a later start', async () => {
+    const dataDir = path.join(tmp, 'data-key')
+    const listening = (out: string) => /"msg":"agentd listening"/.test(out)
+    let url = ''
+    const first = await start({ AGENTD_DATA_DIR: dataDir, LOG_LEVEL: 'info' }, (out) => {
+      const m = /"url":"(http:[^"]+)","role"/.exec(out)
+      if (m) url = m[1]
+      return listening(out)
+    })
+    expect(first.code, first.stdout + first.stderr).toBe(0)
+    const file = path.join(dataDir, 'api-key')
+    const key = fs.readFileSync(file, 'utf8').trim()
+    expect(key.length).toBeGreaterThan(20)
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600)
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/)
+    // the key comes right after the words that announce it, once, and the words point at no other line
+    expect(first.stdout).toContain(`agentd: created tenant "default". Its API key, shown only this once and kept in ${file}:\n\n    ${key}\n`)
+    expect(first.stdout.split(key)).toHaveLength(2)
+    expect(first.stdout).not.toMatch(/\b(below|above)\b/)
+
+    const second = await start({ AGENTD_DATA_DIR: dataDir, LOG_LEVEL: 'info' }, listening)
+    expect(second.code, second.stdout + second.stderr).toBe(0)
+    expect(second.stdout).toContain(`agentd: the API key of tenant "default" is in ${file}\n`)
+    expect(second.stdout).not.toContain(key)
+    expect(fs.readFileSync(file, 'utf8').trim(), 'the key file is left as it was').toBe(key)
+  }, 120000)
+})
