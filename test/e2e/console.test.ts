@@ -1,10 +1,13 @@
 // The web console (API.md §8 `GET /`) in a real browser: Debian's Chromium driven by playwright-core
-// against an in-process server on PGlite with the scripted model. The console is driven only through
-// its UI; what it sent is checked against the durable log.
+// against an in-process server on PGlite with the scripted model, at a desk's and a phone's size. The
+// console is driven only through its UI, as a new user would; what it sent is checked against the
+// durable log, and every screenshot (kept in a temp dir) against layout facts.
 
 import fs from 'node:fs'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest'
 import { startTestApp, type TestApp } from '../helpers/app.js'
@@ -12,8 +15,12 @@ import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
 
 const CHROMIUM = '/usr/bin/chromium'
-const SCREENSHOT = '/tmp/agentd-console.png'
+const SHOTS = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-console-'))
 const WAIT = { timeout: 20000, interval: 50 }
+const VIEWPORTS = [
+  { name: 'desk', width: 1280, height: 800 },
+  { name: 'phone', width: 390, height: 844 },
+]
 
 /** a builtin tool that needs approval */
 const addPlugin = (root: any) =>
@@ -31,7 +38,10 @@ const addPlugin = (root: any) =>
     },
   })
 
-describe('web console in Chromium', () => {
+afterAll(() => console.log(`console screenshots: ${SHOTS}`))
+
+describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport) => {
+  const isPhone = viewport.width < 760
   let t: TestApp
   let browser: Browser
   const pageErrors: string[] = []
@@ -49,7 +59,8 @@ describe('web console in Chromium', () => {
   })
 
   const newPage = async (): Promise<Page> => {
-    const ctx = await browser.newContext({ viewport: { width: 1280, height: 860 } })
+    // without motion the drawer and colours are where they end at once, for the checks and the pictures
+    const ctx = await browser.newContext({ viewport: { width: viewport.width, height: viewport.height }, reducedMotion: 'reduce' })
     const page = await ctx.newPage()
     page.on('pageerror', (e) => pageErrors.push(String(e)))
     return page
@@ -64,15 +75,195 @@ describe('web console in Chromium', () => {
       console.error(`--- the page ---\n${shown}\n--- the log of ${id} ---\n${typeof log === 'string' ? log : log.map((e) => `${e.seq} ${e.type} ${JSON.stringify(e.data).slice(0, 160)}`).join('\n')}\n--- page errors ---\n${pageErrors.join('\n')}`)
     })
 
-  /** opens the console and saves the key through the key field */
-  const openConsole = async (page: Page, base = t.url) => {
+  /** opens the console; a new user sees the key field first, and saves the key through it */
+  const openConsole = async (page: Page, base = t.url, key = t.key) => {
     const res = await page.goto(`${base}/`)
     expect(res?.status()).toBe(200)
     expect(res?.headers()['content-type']).toMatch(/^text\/html/)
-    await page.fill('#api-key', t.key)
-    await page.click('#save-key')
-    await expect.poll(() => page.textContent('#key-status'), WAIT).toBe('saved')
+    expect((await looksRight(page, 'first-visit')).keyWidth).toBeGreaterThanOrEqual(160)
+    await saveKey(page, key)
   }
+
+  /** saves `key` through the key field; the status it then shows: `status` */
+  const saveKey = async (page: Page, key: string, status = key ? 'saved' : 'no key') => {
+    if (await drawerOpen(page)) await hideSessions(page)
+    if (!(await page.isVisible('#api-key'))) await page.click('#key-toggle') // folded away on a phone once a key works
+    await page.fill('#api-key', key)
+    await page.click('#save-key')
+    await expect.poll(() => page.textContent('#key-status'), WAIT).toBe(status)
+  }
+
+  /**
+   * Takes a screenshot (for the eye: see SHOTS) and checks the facts of a usable layout: nothing
+   * wider than the screen; a key field that shows is wide enough to paste into; an open session
+   * gives the transcript the top of the screen and at least `transcriptShare` of its height.
+   */
+  const looksRight = async (page: Page, name: string, { transcriptShare = 0.5 } = {}) => {
+    await page.screenshot({ path: path.join(SHOTS, `${viewport.name}-${name}.png`) })
+    const f = await page.evaluate(() => {
+      const w = globalThis as any
+      const el = (id: string) => w.document.getElementById(id)
+      const shown = (id: string) => el(id).getClientRects().length > 0 && w.getComputedStyle(el(id)).visibility !== 'hidden'
+      const wrap = el('transcript-wrap')
+      return {
+        scrollWidth: w.document.documentElement.scrollWidth as number,
+        width: w.innerWidth as number,
+        height: w.innerHeight as number,
+        keyWidth: shown('api-key') ? (el('api-key').getBoundingClientRect().width as number) : null,
+        sessionOpen: shown('session-view'),
+        transcript: { top: wrap.getBoundingClientRect().top as number, height: wrap.getBoundingClientRect().height as number, scrollWidth: wrap.scrollWidth as number, clientWidth: wrap.clientWidth as number },
+      }
+    })
+    expect(f.scrollWidth, `${name}: horizontal overflow`).toBeLessThanOrEqual(f.width)
+    if (f.keyWidth !== null) expect(f.keyWidth, `${name}: key field width`).toBeGreaterThanOrEqual(160)
+    if (f.sessionOpen) {
+      expect(f.transcript.height, `${name}: transcript height`).toBeGreaterThan(transcriptShare * f.height)
+      expect(f.transcript.top, `${name}: transcript top`).toBeLessThan(0.25 * f.height)
+      expect(f.transcript.scrollWidth, `${name}: transcript overflow`).toBeLessThanOrEqual(f.transcript.clientWidth)
+    }
+    return f
+  }
+
+  /** the session list: always beside the transcript on a desk, behind the Sessions toggle on a phone */
+  const showSessions = async (page: Page) => {
+    if (isPhone && !(await drawerOpen(page))) await page.click('#sessions-toggle')
+    await expect.poll(() => page.$eval('#sidebar', (e) => (e as any).getBoundingClientRect().left), WAIT).toBe(0)
+  }
+  const drawerOpen = (page: Page) => page.$eval('body', (b) => b.classList.contains('drawer-open'))
+  const hideSessions = async (page: Page) => {
+    await page.click('#drawer-close')
+    await expect.poll(() => page.isVisible('#sidebar'), WAIT).toBe(false)
+  }
+  const newSessionForm = async (page: Page) => {
+    await showSessions(page)
+    if (!(await page.$eval('#new-session', (d) => (d as any).open))) await page.click('#new-session summary')
+  }
+  const pickSession = async (page: Page, sel: string) => {
+    await showSessions(page)
+    await page.click(`#session-list ${sel} button`)
+    if (isPhone) await expect.poll(() => page.isVisible('#sidebar'), WAIT).toBe(false) // the drawer gets out of the way
+  }
+  const listedIds = (page: Page) => page.$$eval('#session-list .session-item', (els) => els.map((e) => (e as any).dataset.id))
+  const keyStatus = (page: Page) => page.textContent('#key-status')
+  /** a tenant of its own, so that a test sees only its own sessions */
+  const newTenant = async (name: string) => {
+    const r = await t.api('POST', '/v1/admin/tenants', { name: `${name}-${viewport.name}` }, { key: t.adminToken })
+    expect(r.status).toBe(201)
+    const key: string = r.body.apiKey
+    return {
+      key,
+      createSession: async (title?: string) => {
+        const s = await t.api('POST', '/v1/sessions', {}, { key })
+        expect(s.status).toBe(201)
+        if (title) expect((await t.api('PATCH', `/v1/sessions/${encodeURIComponent(s.body.id)}`, { title }, { key })).status).toBe(200)
+        return s.body.id as string
+      },
+    }
+  }
+
+  it('without a key nothing is sent and nothing says "key rejected": the console asks for a key', async () => {
+    const tenant = await newTenant('keyless')
+    const s = { id: await tenant.createSession() }
+    const page = await newPage()
+    explainOnFailure(page, () => s.id)
+    const requests: string[] = []
+    page.on('request', (r) => {
+      if (new URL(r.url()).pathname.startsWith('/v1/')) requests.push(r.url())
+    })
+    // a link to a session, opened by someone without a key
+    await page.goto(`${t.url}/#session=${encodeURIComponent(s.id)}`)
+    expect((await looksRight(page, 'no-key')).keyWidth).toBeGreaterThanOrEqual(160)
+    expect(await page.isVisible('#welcome')).toBe(true)
+    expect(await page.isVisible('#key-hint')).toBe(true)
+    expect(await page.textContent('#conn-text')).toBe('no API key')
+    await showSessions(page)
+    expect(await page.textContent('#sessions-empty')).toBe('Enter your API key at the top to see your sessions.')
+    await looksRight(page, 'no-key-sessions')
+
+    // creating a session asks for the key instead
+    await newSessionForm(page)
+    await page.click('#create-session')
+    await expect.poll(() => page.textContent('#new-error'), WAIT).toMatch(/^No API key yet/)
+    expect(await keyStatus(page)).toBe('paste a key first')
+    expect(await page.evaluate(() => (globalThis as any).document.activeElement?.id)).toBe('api-key')
+    // so does saving an empty field
+    await saveKey(page, '')
+    expect(requests).toEqual([])
+    expect(await page.textContent('body')).not.toContain('rejected')
+
+    // with the key, the linked session opens, and the stale error is gone
+    await saveKey(page, tenant.key)
+    await expect.poll(() => page.textContent('#session-id'), WAIT).toBe(s.id)
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    expect(await page.isHidden('#new-error')).toBe(true)
+    expect(await page.isHidden('#key-hint')).toBe(true)
+    await expect.poll(() => page.isVisible('#sidebar'), WAIT).toBe(!isPhone) // the drawer closed to show the key field
+    await expect.poll(() => page.isVisible('#api-key'), WAIT).toBe(!isPhone) // on a phone it folds away once the key works
+    await looksRight(page, 'linked-session')
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
+
+  it('a changed key replaces the old tenant\'s list and session at once; a rejected key says so and shows nothing', async () => {
+    const first = await newTenant('first')
+    const second = await newTenant('second')
+    const mine = { id: await first.createSession('Mine') }
+    const theirs = { id: await second.createSession('Theirs') }
+    t.models.script(mine.id, { text: ['a secret of the first tenant'] })
+    expect((await t.api('POST', `/v1/sessions/${encodeURIComponent(mine.id)}/followup`, { content: 'tell me' }, { key: first.key })).status).toBe(202)
+
+    const page = await newPage()
+    explainOnFailure(page, () => mine.id)
+    await openConsole(page, t.url, first.key)
+    await pickSession(page, `.session-item[data-id="${mine.id}"]`)
+    await expect.poll(() => assistantTexts(page), WAIT).toEqual(['a secret of the first tenant'])
+    await showSessions(page)
+    expect(await listedIds(page)).toEqual([mine.id])
+
+    // the other tenant's list is held back, to see what shows meanwhile: nothing of the first tenant
+    let release!: () => void
+    const held = new Promise<void>((r) => (release = r))
+    await page.route('**/v1/sessions?*', async (route) => {
+      if (route.request().headers().authorization === `Bearer ${second.key}`) await held
+      await route.continue()
+    })
+    await saveKey(page, second.key)
+    expect(await listedIds(page)).toEqual([])
+    expect(await page.$$eval('#transcript .item', (els) => els.length)).toBe(0)
+    expect(await page.textContent('body')).not.toContain('a secret of the first tenant')
+    release()
+    await expect.poll(() => listedIds(page), WAIT).toEqual([theirs.id])
+    expect(await page.$$eval('#session-list .session-name', (els) => els.map((e) => e.textContent))).toEqual(['Theirs'])
+    // the address still names the first tenant's session: it is not there for this key
+    await expect.poll(() => page.textContent('#welcome-error'), WAIT).toContain('session-not-found')
+    expect(await page.isHidden('#session-view')).toBe(true)
+    expect(await page.textContent('body')).not.toContain('a secret of the first tenant')
+    expect(new URL(page.url()).hash).toBe('')
+    await looksRight(page, 'other-tenant')
+
+    // a wrong key: rejected, and the list is empty; the key field stays out so it can be corrected
+    await saveKey(page, 'agd_not_a_key', 'key rejected')
+    await expect.poll(() => page.textContent('#sessions-error'), WAIT).toContain('unauthorized')
+    expect(await listedIds(page)).toEqual([])
+    expect(await page.isHidden('#welcome-error')).toBe(true)
+    expect((await looksRight(page, 'key-rejected')).keyWidth).toBeGreaterThanOrEqual(160)
+
+    // the right key again: its list, and no stale error
+    await saveKey(page, first.key)
+    await showSessions(page)
+    await expect.poll(() => listedIds(page), WAIT).toEqual([mine.id])
+    expect(await page.isHidden('#sessions-error')).toBe(true)
+    expect(await keyStatus(page)).toBe('saved')
+    if (isPhone) {
+      // once the key works the field folds away on a phone; the Key button brings it back
+      await hideSessions(page)
+      expect(await page.isVisible('#api-key')).toBe(false)
+      await page.click('#key-toggle')
+      expect((await looksRight(page, 'key-reopened')).keyWidth).toBeGreaterThanOrEqual(160)
+    }
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
 
   const texts = (page: Page, sel: string) => page.$$eval(sel, (els) => els.map((e) => (e as any).innerText.trim()))
   const badge = (page: Page) => page.textContent('#status-badge')
@@ -87,19 +278,24 @@ describe('web console in Chromium', () => {
   const assistantTexts = (page: Page) => texts(page, '#transcript .msg.assistant .bubble')
   const userTexts = (page: Page) => texts(page, '#transcript .msg.user .bubble')
 
-  it('create a session, Enter sends a followup, the reply streams in then settles once, a reload rebuilds the transcript, Cancel ends a hung turn aborted', async () => {
+  it('create a session with a title, Enter sends a followup, the reply streams in then settles once, a reload rebuilds the transcript, Cancel ends a hung turn aborted', async () => {
     const page = await newPage()
     let id: string | undefined
     explainOnFailure(page, () => id)
     await openConsole(page)
-    await expect.poll(() => page.isVisible('#sessions-empty'), WAIT).toBe(true)
+    await newSessionForm(page)
+    await expect.poll(() => page.textContent('#sessions-empty'), WAIT).toBe('No sessions yet: create the first one above.')
+    await looksRight(page, 'no-sessions')
 
-    // an API error is shown inline
+    // an API error is shown inline, and goes once the next action succeeds
     await page.fill('#new-model', 'nope/missing-model')
     await page.click('#create-session')
     await expect.poll(() => page.textContent('#new-error'), WAIT).toContain('model-unavailable')
+    await page.click('#refresh-sessions')
+    await expect.poll(() => page.isHidden('#new-error'), WAIT).toBe(true)
 
-    // create through the form
+    // create through the form, with a title
+    await page.fill('#new-title', 'My first session')
     await page.fill('#new-model', t.models.ref())
     await page.fill('#new-system', 'You are the console test agent.')
     await page.click('#create-session')
@@ -110,9 +306,21 @@ describe('web console in Chromium', () => {
     const created = await t.api('GET', `/v1/sessions/${encodeURIComponent(id)}`)
     expect(created.status).toBe(200)
     expect(created.body.model).toBe(t.models.ref())
-    await expect.poll(() => page.$$eval('#session-list .session-item', (els) => els.map((e) => (e as any).dataset.id)), WAIT).toEqual([id])
+    expect(created.body.title).toBe('My first session')
+    await expect.poll(() => listedIds(page), WAIT).toEqual([id])
+    expect(await page.$$eval('#session-list .session-name', (els) => els.map((e) => e.textContent))).toEqual(['My first session'])
+    expect(await page.inputValue('#session-title')).toBe('My first session')
     await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
     expect(await badge(page)).toBe('idle')
+    // a new session says what to do instead of showing a blank transcript
+    await expect.poll(() => page.textContent('#transcript-empty'), WAIT).toMatch(/^No messages yet\./)
+    expect(await page.isVisible('#transcript-empty')).toBe(true)
+    expect(await page.$eval('#new-session', (d) => (d as any).open)).toBe(false)
+    await looksRight(page, 'new-session')
+
+    // sending nothing is said inline; the next send that succeeds clears it
+    await page.click('#btn-followup')
+    await expect.poll(() => page.textContent('#composer-error'), WAIT).toBe('Type a message first.')
 
     // a reply that holds after two deltas, so the transient bubble can be seen before it settles
     const g = gate()
@@ -127,11 +335,13 @@ describe('web console in Chromium', () => {
     expect((await t.events(id)).length).toBe(0)
     await input.press('Enter')
     await expect.poll(() => input.inputValue(), WAIT).toBe('')
+    expect(await page.isHidden('#composer-error')).toBe(true)
 
     await expect.poll(() => texts(page, '#transient-slot .transient .bubble'), WAIT).toEqual(['Hello from'])
     expect(await badge(page)).toBe('running')
     expect(await assistantTexts(page)).toEqual([])
-    await page.screenshot({ path: SCREENSHOT.replace('.png', '-streaming.png') })
+    expect(await page.isHidden('#transcript-empty')).toBe(true)
+    await looksRight(page, 'streaming')
     g.open()
     await expect.poll(() => assistantTexts(page), WAIT).toEqual(['Hello from the model.'])
     await expect.poll(() => page.$$eval('#transient-slot > *', (els) => els.length), WAIT).toBe(0)
@@ -197,6 +407,7 @@ describe('web console in Chromium', () => {
     // Cancel with nothing running is said so inline
     await page.click('#btn-cancel')
     await expect.poll(() => page.textContent('#composer-error'), WAIT).toBe('nothing was running')
+    await looksRight(page, 'after-cancel')
 
     expect(pageErrors).toEqual([])
     await page.context().close()
@@ -220,7 +431,7 @@ describe('web console in Chromium', () => {
     const page = await newPage()
     explainOnFailure(page, () => s.id)
     await openConsole(page)
-    await page.click(`#session-list .session-item[data-id="${s.id}"] button`)
+    await pickSession(page, `.session-item[data-id="${s.id}"]`)
     await expect.poll(() => page.inputValue('#session-title'), WAIT).toBe('Tool <i>demo</i>')
     await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
     await page.fill('#composer-input', 'Add 2 and 3, then ask me my favourite colour.')
@@ -230,6 +441,8 @@ describe('web console in Chromium', () => {
     const approval = page.locator('#pending .pending-call[data-kind="approval"]')
     await approval.waitFor(WAIT)
     expect(await approval.locator('.tool-name').textContent()).toBe('add')
+    // the pending calls take a share of a phone's screen above the composer; the transcript keeps the most
+    await looksRight(page, 'approval', { transcriptShare: 0.4 })
     await approval.locator('button', { hasText: 'Allow' }).click()
     // the client call
     const client = page.locator('#pending .pending-call[data-kind="client"]')
@@ -253,11 +466,10 @@ describe('web console in Chromium', () => {
       ['call_ask', false, [{ type: 'text', text: 'blue' }]],
     ])
 
-    // a rich transcript for the eye
-    await page.screenshot({ path: SCREENSHOT })
+    // a rich transcript, light and dark
+    await looksRight(page, 'tools')
     await page.emulateMedia({ colorScheme: 'dark' })
-    await page.waitForTimeout(400) // let the CSS colour transitions finish before the picture
-    await page.screenshot({ path: SCREENSHOT.replace('.png', '-dark.png') })
+    await looksRight(page, 'tools-dark')
     expect(pageErrors).toEqual([])
     await page.context().close()
   }, 60000)
@@ -307,6 +519,7 @@ describe('web console in Chromium', () => {
     await openConsole(page, proxyUrl)
 
     // paging: 30 per page
+    await showSessions(page)
     await expect.poll(() => page.$$eval('#session-list .session-item', (els) => els.length), WAIT).toBe(30)
     expect(await page.isVisible('#load-more')).toBe(true)
     expect(await page.getAttribute('#session-list .session-item:first-child', 'data-id')).toBe(s.id)
@@ -316,7 +529,8 @@ describe('web console in Chromium', () => {
     const ids = await page.$$eval('#session-list .session-item', (els) => els.map((e) => (e as any).dataset.id))
     expect(ids).toEqual(all.body.sessions.map((x: any) => x.id))
 
-    await page.click('#session-list .session-item:first-child button')
+    await looksRight(page, 'long-list')
+    await pickSession(page, '.session-item:first-child')
     await expect.poll(() => streams.length, WAIT).toBeGreaterThanOrEqual(2)
     expect(streams[0].lastEventId).toBeUndefined()
     expect(streams[1].lastEventId).toBe(String(head))
