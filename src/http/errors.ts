@@ -127,21 +127,23 @@ const lingering = new WeakSet<Socket>()
 export function handleClientError(err: NodeJS.ErrnoException, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed || lingering.has(socket)) return
   lingering.add(socket)
-  const inFlight = (socket as unknown as { _httpMessage?: http.ServerResponse & { _headerSent?: boolean } })._httpMessage
-  if (inFlight && inFlight._headerSent) {
-    // an answer is on its way: it ends the exchange, the garbage after it gets none
-    inFlight.once('finish', () => socket.end())
-  } else if (socket.writable) {
-    const e = clientErrorOf(err)
-    const body = JSON.stringify(e.toJSON())
-    socket.end(`HTTP/1.1 ${e.status} ${http.STATUS_CODES[e.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
-  }
   socket.on('error', () => {})
-  socket.resume()
-  const timer = setTimeout(() => socket.destroy(), LINGER_MS)
-  timer.unref()
-  socket.once('end', () => socket.destroy())
-  socket.once('close', () => clearTimeout(timer))
+  const answer = () => {
+    if (socket.writable) {
+      const e = clientErrorOf(err)
+      const body = JSON.stringify(e.toJSON())
+      socket.end(`HTTP/1.1 ${e.status} ${http.STATUS_CODES[e.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
+    }
+    socket.resume()
+    const timer = setTimeout(() => socket.destroy(), LINGER_MS)
+    timer.unref()
+    socket.once('end', () => socket.destroy())
+    socket.once('close', () => clearTimeout(timer))
+  }
+  // a request parsed before the bad bytes is answered first (HTTP/1.1 pipelining keeps the order)
+  const inFlight = (socket as unknown as { _httpMessage?: http.ServerResponse })._httpMessage
+  if (inFlight && !inFlight.writableFinished) inFlight.once('finish', answer)
+  else answer()
 }
 
 /** The errors plugin: the error and not-found handlers of the scope that registers it (the root). */
