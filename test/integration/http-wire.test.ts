@@ -152,7 +152,7 @@ describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
     expect((await t.api('GET', `/v1/sessions/${long}`)).body.id).toBe(long)
     expect((await t.api('DELETE', `/v1/sessions/${long}`)).status).toBe(204)
     for (const [method, path] of [['GET', '/nothing'], ['PUT', '/healthz'], ['DELETE', '/openapi.json'], ['OPTIONS', '/v1/sessions'], ['PROPFIND', '/v1/sessions'], ['POST', '/v1/nothing'], ['GET', '/v2/sessions']]) {
-      for (const headers of [{}, { authorization: `Bearer ${t.key}` }]) {
+      for (const headers of [{}, { authorization: `Bearer ${t.key}` }] as Array<Record<string, string>>) {
         const r = await wireRequest(t.url, { method, path, headers: { ...headers, 'content-type': 'application/json' }, body: method === 'GET' ? undefined : 'not even json' })
         expectShape(r, `${method} ${path}`)
         expect(r.status, `${method} ${path}`).toBe(404)
@@ -224,7 +224,7 @@ describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
       for (let i = 0; i < 10; i++) {
         const res = await fetch(`${t.url}/v1/sessions/${sid}/inject`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${t.key}` }, body: big.toString() })
         expect(res.status).toBe(413)
-        expect((await res.json()).error.code).toBe('payload-too-large')
+        expect(((await res.json()) as any).error.code).toBe('payload-too-large')
       }
     } finally {
       agent.destroy()
