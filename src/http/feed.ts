@@ -21,11 +21,14 @@ export interface Transport {
   end(reason?: string): void
 }
 
+/** The largest seq a log can hold (a PostgreSQL integer); a resume point past it is past every event. */
+const MAX_SEQ = 2 ** 31 - 1
+
 /** A resume point: an integer seq (`-1` and below read as the whole log). */
 export function parseAfter(raw: string | undefined, what: string): number | undefined {
   if (raw === undefined) return undefined
   if (!/^-?\d{1,10}$/.test(raw)) throw badRequest(`${what} must be an integer seq`, [{ path: what, message: 'must be an integer seq' }])
-  return Math.max(-1, Number(raw))
+  return Math.min(MAX_SEQ, Math.max(-1, Number(raw)))
 }
 
 /** Sends frames in the order of API.md §6 through a transport. */

@@ -11,6 +11,26 @@ import { notFound } from './errors.js'
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true })
 
+/** Deeper JSON than this is refused: the checks that walk a value recurse, and no field needs more. */
+export const MAX_JSON_DEPTH = 128
+
+/** The deepest nesting of arrays and objects in JSON text (brackets inside strings do not count). */
+function jsonDepth(text: string): number {
+  let depth = 0
+  let max = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 92) i++ // a backslash escapes the next character
+      else if (c === 34) inString = false
+    } else if (c === 34) inString = true
+    else if (c === 123 || c === 91) max = Math.max(max, ++depth)
+    else if (c === 125 || c === 93) depth--
+  }
+  return max
+}
+
 const malformed = (message: string, detail: string) => badRequest(message, [{ path: 'body', message: detail }])
 
 /** One check for every part of a request: `part` names it in the details (`params.id`, `body.metadata.x`). */
@@ -38,16 +58,28 @@ export const inputPlugin = fp(async (app: FastifyInstance) => {
     } catch {
       return done(malformed('the body is not valid UTF-8', 'not UTF-8'), undefined)
     }
+    let value: unknown
     try {
-      done(null, JSON.parse(text))
+      value = JSON.parse(text)
     } catch {
-      done(malformed('the body is not valid JSON', 'malformed JSON'), undefined)
+      return done(malformed('the body is not valid JSON', 'malformed JSON'), undefined)
     }
+    if (jsonDepth(text) > MAX_JSON_DEPTH) return done(malformed(`the body nests deeper than ${MAX_JSON_DEPTH} levels`, `nested deeper than ${MAX_JSON_DEPTH} levels`), undefined)
+    done(null, value)
   })
 
   app.addHook('onRequest', async (req, reply) => {
     // an unknown route is 404 whatever its body: answer before fastify's 404 route parses one
     if (req.is404) return notFound(req, reply)
+    // the query's percent-encodings must be UTF-8, as the path's are (fastify refuses those)
+    const q = req.url.indexOf('?')
+    if (q >= 0) {
+      try {
+        decodeURIComponent(req.url.slice(q + 1))
+      } catch {
+        throw badRequest('the query string is not valid: a malformed percent-encoding', [{ path: 'querystring', message: 'malformed percent-encoding' }])
+      }
+    }
     refuseUnstorable(req.params, 'params')
     refuseUnstorable(req.query, 'querystring')
     if (!req.routeOptions.schema?.body && hasBody(req)) throw badRequest('this route takes no body', [{ path: 'body', message: 'this route takes no body' }])

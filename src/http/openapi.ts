@@ -47,7 +47,7 @@ export function openapiDocument(routes: RouteDoc[], version: string): Record<str
     const responses: Record<string, unknown> = {}
     for (const [code, schema] of Object.entries((s.response as Record<string, unknown>) ?? {})) responses[code] = { description: `HTTP ${code}`, content: { 'application/json': { schema: withRefs(schema) } } }
     if (facts.eventStream) responses['200'] = { description: 'text/event-stream of session/event and live frames', content: { 'text/event-stream': { schema: { type: 'string' } } } }
-    if (r.websocket) responses['101'] = { description: 'WebSocket upgrade; JSON frames {event, id?, data}' }
+    if (r.wsHandler) responses['101'] = { description: 'WebSocket upgrade; JSON frames {event, id?, data}' }
     if (!Object.keys(responses).length) responses['200'] = { description: 'OK' }
     if (method === 'delete' && !responses['204']) responses['204'] = { description: 'No content' }
     op.responses = responses

@@ -85,75 +85,85 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
     await sub.start()
   })
 
-  app.get('/sessions/:id/ws', { config: facts, websocket: true, schema: { operationId: 'connectWebSocket', summary: 'WebSocket: the stream frames as JSON, plus input ops', params: S.SessionParams, querystring: S.StreamQuery } }, (socket: WebSocket, req: FastifyRequest) => {
-    const q = req.query as { after?: string }
-    let after = -1
-    try {
-      after = parseAfter(q.after, 'querystring.after') ?? -1
-    } catch {
-      socket.close(1008, 'after must be an integer seq')
-      return
-    }
-    let closed = false
-    const send = (o: unknown) => {
-      if (!closed && socket.readyState === socket.OPEN) socket.send(typeof o === 'string' ? o : JSON.stringify(o))
-    }
-    const handle = {
-      end(reason?: string) {
-        if (closed) return
-        if (reason === 'slow-consumer') send({ event: 'stream/error', data: { code: 'slow-consumer' } })
-        closed = true
-        streams.delete(handle)
-        sub.close()
-        socket.close(1001)
-      },
-    }
-    const t: Transport = {
-      durable: (e) => send(wsDurable(e)),
-      live: (f) => send(wsLive(f)),
-      writable: () => !closed && socket.bufferedAmount < HIGH_WATER,
-      end: (reason) => handle.end(reason),
-    }
-    const sub = subscribe(deps, req, after, t)
-    streams.add(handle)
-    const ping = setInterval(() => socket.ping(), PING_MS)
-    socket.on('close', () => {
-      clearInterval(ping)
-      handle.end()
-    })
-    socket.on('message', (raw) => {
-      void handleOp(String(raw)).catch((e) => {
-        const ae = toApiError(e)
-        send({ event: 'error', data: { code: ae.code, message: ae.message } })
-      })
-    })
-    const handleOp = async (text: string) => {
-      let msg: { op?: unknown; content?: unknown; id?: unknown; keepInbox?: unknown }
+  app.route({
+    method: 'GET',
+    url: '/sessions/:id/ws',
+    config: facts,
+    schema: { operationId: 'connectWebSocket', summary: 'WebSocket: the stream frames as JSON, plus input ops', params: S.SessionParams, querystring: S.StreamQuery },
+    // a plain GET (no upgrade) is answered like any other bad request
+    handler: async () => {
+      throw badRequest('this route takes a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)', [{ path: 'headers.upgrade', message: 'must be websocket' }])
+    },
+    wsHandler: (socket: WebSocket, req: FastifyRequest) => {
+      const q = req.query as { after?: string }
+      let after = -1
       try {
-        msg = JSON.parse(text)
+        after = parseAfter(q.after, 'querystring.after') ?? -1
       } catch {
-        throw badRequest('a message must be JSON')
-      }
-      if (!msg || typeof msg !== 'object' || Array.isArray(msg)) throw badRequest('a message must be a JSON object')
-      const key = sessionOf(req).key
-      const row = await getSessionByKey(deps.db, key)
-      if (!row) throw sessionNotFound(sessionOf(req).id)
-      if (msg.op === 'cancel') {
-        for (const k of Object.keys(msg)) if (k !== 'op' && k !== 'keepInbox') throw badRequest(`unknown field ${k}`)
-        if (msg.keepInbox !== undefined && typeof msg.keepInbox !== 'boolean') throw badRequest('keepInbox must be a boolean')
-        const r = await deps.intake.cancel(row, msg.keepInbox === true)
-        send({ event: 'ack', data: { op: 'cancel', cancelled: r.cancelled } })
+        socket.close(1008, 'after must be an integer seq')
         return
       }
-      if (msg.op !== 'followup' && msg.op !== 'steer' && msg.op !== 'inject') throw badRequest('op must be followup, steer, inject or cancel')
-      for (const k of Object.keys(msg)) if (!['op', 'content', 'id'].includes(k)) throw badRequest(`unknown field ${k}`)
-      if (msg.id !== undefined && (typeof msg.id !== 'string' || !msg.id)) throw badRequest('id must be a non-empty string')
-      // toUserMessage refuses bad content and text PostgreSQL cannot store, as the HTTP routes do
-      const message = toUserMessage({ content: msg.content }, { kind: 'user' }, msg.id as string | undefined)
-      const route = msg.op as DeliveryRoute
-      const r = await deps.intake.deliver(row, route, message, msg.id !== undefined ? { bodyHash: bodyHash(route, { content: msg.content }) } : undefined)
-      send({ event: 'ack', data: { op: route, messageId: r.messageId, seq: r.seq } })
-    }
-    void sub.start()
+      let closed = false
+      const send = (o: unknown) => {
+        if (!closed && socket.readyState === socket.OPEN) socket.send(typeof o === 'string' ? o : JSON.stringify(o))
+      }
+      const handle = {
+        end(reason?: string) {
+          if (closed) return
+          if (reason === 'slow-consumer') send({ event: 'stream/error', data: { code: 'slow-consumer' } })
+          closed = true
+          streams.delete(handle)
+          sub.close()
+          socket.close(1001)
+        },
+      }
+      const t: Transport = {
+        durable: (e) => send(wsDurable(e)),
+        live: (f) => send(wsLive(f)),
+        writable: () => !closed && socket.bufferedAmount < HIGH_WATER,
+        end: (reason) => handle.end(reason),
+      }
+      const sub = subscribe(deps, req, after, t)
+      streams.add(handle)
+      const ping = setInterval(() => socket.ping(), PING_MS)
+      socket.on('close', () => {
+        clearInterval(ping)
+        handle.end()
+      })
+      socket.on('message', (raw) => {
+        void handleOp(String(raw)).catch((e) => {
+          const ae = toApiError(e)
+          send({ event: 'error', data: { code: ae.code, message: ae.message } })
+        })
+      })
+      const handleOp = async (text: string) => {
+        let msg: { op?: unknown; content?: unknown; id?: unknown; keepInbox?: unknown }
+        try {
+          msg = JSON.parse(text)
+        } catch {
+          throw badRequest('a message must be JSON')
+        }
+        if (!msg || typeof msg !== 'object' || Array.isArray(msg)) throw badRequest('a message must be a JSON object')
+        const key = sessionOf(req).key
+        const row = await getSessionByKey(deps.db, key)
+        if (!row) throw sessionNotFound(sessionOf(req).id)
+        if (msg.op === 'cancel') {
+          for (const k of Object.keys(msg)) if (k !== 'op' && k !== 'keepInbox') throw badRequest(`unknown field ${k}`)
+          if (msg.keepInbox !== undefined && typeof msg.keepInbox !== 'boolean') throw badRequest('keepInbox must be a boolean')
+          const r = await deps.intake.cancel(row, msg.keepInbox === true)
+          send({ event: 'ack', data: { op: 'cancel', cancelled: r.cancelled } })
+          return
+        }
+        if (msg.op !== 'followup' && msg.op !== 'steer' && msg.op !== 'inject') throw badRequest('op must be followup, steer, inject or cancel')
+        for (const k of Object.keys(msg)) if (!['op', 'content', 'id'].includes(k)) throw badRequest(`unknown field ${k}`)
+        if (msg.id !== undefined && (typeof msg.id !== 'string' || !msg.id)) throw badRequest('id must be a non-empty string')
+        // toUserMessage refuses bad content and text PostgreSQL cannot store, as the HTTP routes do
+        const message = toUserMessage({ content: msg.content }, { kind: 'user' }, msg.id as string | undefined)
+        const route = msg.op as DeliveryRoute
+        const r = await deps.intake.deliver(row, route, message, msg.id !== undefined ? { bodyHash: bodyHash(route, { content: msg.content }) } : undefined)
+        send({ event: 'ack', data: { op: route, messageId: r.messageId, seq: r.seq } })
+      }
+      void sub.start()
+    },
   })
 }

@@ -231,4 +231,11 @@ describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
     }
     expect((await t.events(sid)).length).toBe(0)
   })
+
+  it('a resume point past any seq a log can hold reads as past the end, not as a database error', async () => {
+    for (const after of ['2147483647', '2147483648', '9999999999']) {
+      const r = await wireRequest(t.url, { method: 'GET', path: `/v1/sessions/${sid}/events?after=${after}`, headers: { authorization: `Bearer ${t.key}` } })
+      expect([r.status, r.body?.events]).toEqual([200, []])
+    }
+  })
 })
