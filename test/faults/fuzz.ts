@@ -14,44 +14,12 @@ import { violations as logViolations } from '../helpers/invariants.js'
 import type { SessionEvent } from '../../src/session/index.js'
 import { errorShapeViolation } from './lib/contract.js'
 import type { FaultPart, PartContext, PartResult } from './lib/part.js'
-import { cleanText, resolve, valueOf, type Hints, type Schema } from './lib/schema-arb.js'
+import { operations, type Operation } from './lib/operations.js'
+import { cleanText, valueOf, type Hints } from './lib/schema-arb.js'
 import { startTarget, type Target } from './lib/target.js'
 import { wireRequest, type WireAnswer } from './lib/wire.js'
 
 const DOC_FILE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../openapi/openapi.json')
-
-interface Operation {
-  method: string
-  template: string
-  pathParams: string[]
-  query: Record<string, Schema>
-  body?: Schema
-  security: 'apiKey' | 'adminToken' | null
-  /** the operation addresses one session (tag `sessions`), so another tenant must get 404 */
-  session: boolean
-  stream: boolean
-}
-
-function operations(doc: any): Operation[] {
-  const out: Operation[] = []
-  for (const [template, ops] of Object.entries<any>(doc.paths)) {
-    for (const [method, op] of Object.entries<any>(ops)) {
-      const params: any[] = op.parameters ?? []
-      const sec = op.security?.[0] ? (Object.keys(op.security[0])[0] as 'apiKey' | 'adminToken') : null
-      out.push({
-        method: method.toUpperCase(),
-        template,
-        pathParams: params.filter((p) => p.in === 'path').map((p) => p.name),
-        query: Object.fromEntries(params.filter((p) => p.in === 'query').map((p) => [p.name, p.schema])),
-        body: op.requestBody ? resolve(doc, op.requestBody.content?.['application/json']?.schema) : undefined,
-        security: sec,
-        session: (op.tags ?? []).includes('sessions'),
-        stream: !!op.responses?.['101'] || !!op.responses?.['200']?.content?.['text/event-stream'],
-      })
-    }
-  }
-  return out
-}
 
 type Mutation =
   | { kind: 'missing'; pick: number }
@@ -198,8 +166,8 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
   const total = ctx.size === 'long' ? 20_000 : 2_000
   const validCount = Math.round(total * 0.4)
   const doc = JSON.parse(fs.readFileSync(DOC_FILE, 'utf8'))
-  const ops = operations(doc).filter((o) => !o.stream)
-  const streams = operations(doc).filter((o) => o.stream)
+  const ops = operations(doc).filter((o) => !o.websocket && !o.eventStream)
+  const streams = operations(doc).filter((o) => o.websocket || o.eventStream)
   const target: Target = await startTarget(ctx.db)
   const problems: string[] = []
   const statuses = new Map<number, number>()

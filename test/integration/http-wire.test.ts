@@ -9,26 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { errorShapeViolation } from '../faults/lib/contract.js'
+import { operations, type Operation } from '../faults/lib/operations.js'
 import { parseAnswers, rawExchange, rawSequence, wireRequest, type WireAnswer } from '../faults/lib/wire.js'
-
-interface Operation {
-  method: string
-  template: string
-  security: 'apiKey' | 'adminToken' | null
-  hasBody: boolean
-  websocket: boolean
-}
-
-function operations(doc: any): Operation[] {
-  const out: Operation[] = []
-  for (const [template, ops] of Object.entries<any>(doc.paths)) {
-    for (const [method, op] of Object.entries<any>(ops)) {
-      const sec = op.security?.[0] ? (Object.keys(op.security[0])[0] as 'apiKey' | 'adminToken') : null
-      out.push({ method: method.toUpperCase(), template, security: sec, hasBody: !!op.requestBody, websocket: !!op.responses?.['101'] })
-    }
-  }
-  return out
-}
 
 describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
   let t: TestApp
@@ -86,7 +68,7 @@ describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
 
   it('a NUL or a lone surrogate anywhere in a JSON body (values and keys, any depth) is 400 naming it', async () => {
     const before = await counts()
-    const bodyOps = ops.filter((o) => o.hasBody)
+    const bodyOps = ops.filter((o) => o.body)
     expect(bodyOps.length).toBeGreaterThan(8)
     const bodies: Array<[string, RegExp]> = [
       ['{"content":"a\\u0000b"}', /^body/],
@@ -114,7 +96,7 @@ describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
 
   it('every body route refuses other content types (415), malformed JSON and bytes that are not UTF-8 (400)', async () => {
     const before = await counts()
-    for (const op of ops.filter((o) => o.hasBody)) {
+    for (const op of ops.filter((o) => o.body)) {
       const where = `${op.method} ${op.template}`
       for (const ct of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/jsonx']) {
         const r = await wireRequest(t.url, { method: op.method, path: fill(op.template), headers: { ...auth(op), 'content-type': ct }, body: '{}' })
@@ -133,7 +115,7 @@ describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
 
   it('a body on a route that takes none is 400, whatever the method; the route does not run', async () => {
     const before = await counts()
-    for (const op of ops.filter((o) => !o.hasBody && !o.websocket)) {
+    for (const op of ops.filter((o) => !o.body && !o.websocket)) {
       for (const [ct, body] of [['application/json', '{}'], ['application/json', '{"x":1}'], ['text/plain', 'hello']]) {
         const r = await wireRequest(t.url, { method: op.method, path: fill(op.template), headers: { ...auth(op), 'content-type': ct }, body })
         expectBadRequest(r, 'body', `${op.method} ${op.template} with a ${ct} body`)
