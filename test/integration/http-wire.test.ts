@@ -36,8 +36,27 @@ describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
     expect(paths.some((p) => (typeof path === 'string' ? p === path : path.test(p))), `${what}: details ${JSON.stringify(r.body.error.details)} name ${String(path)}`).toBe(true)
   }
 
+  // plugin deliveries through the Agent handle meet the same rule as HTTP input (API.md §11)
+  const pluginTried: string[] = []
   beforeAll(async () => {
-    t = await startTestApp({ kind })
+    t = await startTestApp({
+      kind,
+      plugins: [
+        (root) => {
+          ;(root as any).hooks.serial('agent/turn-stopping', async ({ agent }: { agent: { id: string; inject(m: unknown): Promise<unknown> } }) => {
+            if (agent.id !== 'plugin-input') return
+            for (const bad of ['a\u0000b', { content: [{ type: 'text', text: 'lone \ud800' }] }, { content: 'fine', id: 'id\u0000' }, { content: 'fine', source: { kind: 'plugin', note: '\udfff' } }]) {
+              try {
+                await agent.inject(bad)
+                pluginTried.push('accepted')
+              } catch (e) {
+                pluginTried.push((e as Error).message)
+              }
+            }
+          })
+        },
+      ],
+    })
     sid = (await t.createSession({ id: 'wired' })).id
     ops = operations(await (await fetch(`${t.url}/openapi.json`)).json())
     expect(ops.length).toBeGreaterThan(20)
@@ -219,5 +238,16 @@ describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
       const r = await wireRequest(t.url, { method: 'GET', path: `/v1/sessions/${sid}/events?after=${after}`, headers: { authorization: `Bearer ${t.key}` } })
       expect([r.status, r.body?.events]).toEqual([200, []])
     }
+  })
+
+  it('a plugin delivering text PostgreSQL cannot store through the Agent handle is refused, and nothing is logged', async () => {
+    const s = await t.createSession({ id: 'plugin-input' })
+    t.models.script(s.id, { text: ['ok'] })
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'go' })).status).toBe(202)
+    const evs = await t.waitForTurnEnd(s.id, 1)
+    expect(pluginTried).toHaveLength(4)
+    for (const m of pluginTried) expect(m).toMatch(/NUL|surrogate/)
+    expect(evs.filter((e) => e.type === 'user/message')).toHaveLength(1)
+    expect((await t.api('GET', `/v1/sessions/${s.id}/inbox`)).body).toEqual({ nextTurn: [], nextStep: [] })
   })
 })
