@@ -1,25 +1,9 @@
 // Errors that reach clients carry a code and status of API.md §10. Anything else is `internal`.
 
-export type ErrorCode =
-  | 'bad-request'
-  | 'unauthorized'
-  | 'session-not-found'
-  | 'not-found'
-  | 'session-busy'
-  | 'session-conflict'
-  | 'idempotency-conflict'
-  | 'queue-item-not-found'
-  | 'tool-call-not-pending'
-  | 'fork-unavailable'
-  | 'payload-too-large'
-  | 'unsupported-media-type'
-  | 'model-unavailable'
-  | 'rate-limited'
-  | 'internal'
-  | 'unavailable'
+export type ErrorCode = keyof typeof ERROR_STATUS
 
-/** Every code a client can see, with its HTTP status (docs/api.md's error table is checked against it). */
-export const ERROR_STATUS: Readonly<Record<ErrorCode, number>> = {
+/** API.md §10: every code a client can see and the status it implies (docs/api.md's error table is checked against it). */
+export const ERROR_STATUS = {
   'bad-request': 400,
   unauthorized: 401,
   'session-not-found': 404,
@@ -30,13 +14,16 @@ export const ERROR_STATUS: Readonly<Record<ErrorCode, number>> = {
   'queue-item-not-found': 409,
   'tool-call-not-pending': 409,
   'fork-unavailable': 409,
+  'secrets-unavailable': 409,
   'payload-too-large': 413,
   'unsupported-media-type': 415,
   'model-unavailable': 422,
   'rate-limited': 429,
   internal: 500,
   unavailable: 503,
-}
+} as const satisfies Record<string, number>
+
+export const ERROR_CODES = Object.keys(ERROR_STATUS) as ErrorCode[]
 
 export interface ErrorDetail {
   path: string

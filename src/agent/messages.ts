@@ -1,7 +1,7 @@
 // Turning delivered input into UserMessages (SPEC §3.3, API.md §5, §11).
 
 import crypto from 'node:crypto'
-import { assertLosslessJson, deepFreeze, JsonValueError, type ContentBlock, type UserMessage, type UserSource } from '../session/index.js'
+import { assertLosslessJson, assertStorableText, deepFreeze, JsonValueError, type ContentBlock, type UserMessage, type UserSource } from '../session/index.js'
 
 export class InputError extends Error {
   constructor(message: string, readonly path = 'content') {
@@ -69,8 +69,10 @@ export function toUserMessage(input: MessageInput, defaultSource: UserSource, id
   const message: UserMessage = { id: (o.id as string | undefined) ?? id ?? newMessageId(), role: 'user', content, source }
   try {
     assertLosslessJson(message)
+    // what PostgreSQL text cannot hold is refused here as it is at the HTTP door
+    assertStorableText(message)
   } catch (e) {
-    if (e instanceof JsonValueError) throw new InputError(`not JSON: ${e.why}`, e.path.replace(/^\$\.?/, ''))
+    if (e instanceof JsonValueError) throw new InputError(`not storable: ${e.why}`, e.path.replace(/^\$\.?/, ''))
     throw e
   }
   return deepFreeze(structuredClone(message))

@@ -1,2 +1,3 @@
 // HTTP's door: the fastify app of API.md and what it needs from the rest of the server.
-export { buildHttp, type DriverControl, type HttpDeps } from './app.js'
+export { buildHttp } from './app.js'
+export type { DriverControl, HttpDeps } from './deps.js'

@@ -1,7 +1,8 @@
 // Route schemas (JSON Schema through typebox). They validate requests strictly (unknown fields are
-// 400) and are the source of openapi/openapi.json.
+// 400) and are the source of openapi/openapi.json, where the ones in COMPONENTS are named schemas.
 
 import { Type, type TSchema } from 'typebox'
+import { ERROR_CODES } from '../errors.js'
 
 const Id = Type.String({ minLength: 1, maxLength: 200, pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]*$' })
 export const Metadata = Type.Object({}, { additionalProperties: true, description: 'any JSON object' })
@@ -99,25 +100,68 @@ export const EventsPage = Type.Object({ events: Type.Array(SessionEvent), headSe
 export const MessagesAnswer = Type.Object({ messages: Type.Array(Type.Object({}, { additionalProperties: true })) })
 export const StreamQuery = Type.Object({ after: Type.Optional(Type.String({ pattern: '^-?[0-9]{1,10}$' })), access_token: Type.Optional(Type.String()) }, { additionalProperties: false })
 
-export const PendingAnswer = Type.Object({
-  toolCalls: Type.Array(Type.Object({ callId: Type.String(), name: Type.String(), arguments: Type.Unknown(), rawArguments: Type.String(), kind: Type.Union([Type.Literal('client'), Type.Literal('approval')]) })),
-})
+export const PendingToolCall = Type.Object({ callId: Type.String(), name: Type.String(), arguments: Type.Unknown(), rawArguments: Type.String(), kind: Type.Union([Type.Literal('client'), Type.Literal('approval')]) })
+export const PendingAnswer = Type.Object({ toolCalls: Type.Array(PendingToolCall) })
 export const ToolResultBody = Type.Object({ callId: Type.String({ minLength: 1, maxLength: 200 }), content: Content, isError: Type.Optional(Type.Boolean()) }, { additionalProperties: false })
 export const ApprovalBody = Type.Object({ decision: Type.Union([Type.Literal('allow'), Type.Literal('deny')]), reason: Type.Optional(Type.String({ maxLength: 2000 })) }, { additionalProperties: false })
 
 export const TenantBody = Type.Object({ name: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false })
-export const TenantAnswer = Type.Object({ tenant: Type.Object({ id: Type.String(), name: Type.String() }), apiKey: Type.String() })
+export const Tenant = Type.Object({ id: Type.String(), name: Type.String() })
+export const TenantAnswer = Type.Object({ tenant: Tenant, apiKey: Type.String() })
 export const KeyAnswer = Type.Object({ keyId: Type.String(), apiKey: Type.String() })
 export const EmptyBody = Type.Object({}, { additionalProperties: false })
 
+export const ErrorCode = Type.Union(ERROR_CODES.map((c) => Type.Literal(c)), { description: 'API.md §10' })
+export const ErrorDetail = Type.Object({ path: Type.String(), message: Type.String() })
 export const ErrorBody = Type.Object({
   error: Type.Object({
-    code: Type.String(),
+    code: ErrorCode,
     message: Type.String(),
-    details: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() }))),
+    details: Type.Optional(Type.Array(ErrorDetail)),
   }),
 })
 
 export const SessionParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) })
+
+export const Ready = Type.Object({ ok: Type.Boolean() })
+
+/** The named schemas of openapi.json (components.schemas), by the name generated clients give them. */
+export const COMPONENTS: Record<string, TSchema> = {
+  SessionObject,
+  SessionList,
+  Usage,
+  Metadata,
+  ToolSpec,
+  ReasoningEffort,
+  CreateSessionBody,
+  PatchSessionBody,
+  Content,
+  InputBlock,
+  TextBlock,
+  ImageBlock,
+  DeliveryBody,
+  Accepted,
+  UserMessage,
+  Inbox: InboxObject,
+  CancelBody,
+  CancelAnswer,
+  ForkBody,
+  CompactBody,
+  CompactAnswer,
+  SessionEvent,
+  EventsPage,
+  MessagesAnswer,
+  PendingToolCall,
+  PendingAnswer,
+  ToolResultBody,
+  ApprovalBody,
+  Tenant,
+  TenantBody,
+  TenantAnswer,
+  KeyAnswer,
+  ErrorCode,
+  ErrorDetail,
+  ErrorBody,
+}
 
 export type { TSchema }

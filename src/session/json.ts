@@ -58,6 +58,42 @@ function walk(v: unknown, path: string, stack: Set<object>): void {
   stack.delete(o)
 }
 
+// NUL, or a UTF-16 surrogate without its partner (a lone high or a lone low one)
+const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
+/**
+ * Why PostgreSQL text could not hold this string exactly, else undefined: the server refuses NUL, and a
+ * lone surrogate has no UTF-8 form (the pg driver would silently store U+FFFD instead).
+ */
+export function unstorableText(s: string): string | undefined {
+  const m = UNSTORABLE.exec(s)
+  if (!m) return undefined
+  return m[0] === '\u0000' ? 'contains a NUL character' : `contains a lone surrogate (U+${m[0].charCodeAt(0).toString(16).toUpperCase()})`
+}
+
+/**
+ * Throws a JsonValueError naming the first string or object key, at any depth, that PostgreSQL text
+ * could not hold losslessly (see unstorableText). The one rule for every text that may reach the
+ * database: request input over HTTP and deliveries through the Agent handle alike.
+ */
+export function assertStorableText(value: unknown, path = '$'): void {
+  if (typeof value === 'string') {
+    const why = unstorableText(value)
+    if (why) throw new JsonValueError(path, why)
+    return
+  }
+  if (value === null || typeof value !== 'object') return
+  if (Array.isArray(value)) {
+    value.forEach((v, i) => assertStorableText(v, `${path}[${i}]`))
+    return
+  }
+  for (const [k, v] of Object.entries(value)) {
+    const why = unstorableText(k)
+    if (why) throw new JsonValueError(path, `an object key ${why}`)
+    assertStorableText(v, `${path}.${k}`)
+  }
+}
+
 /** Deep-freezes a JSON value in place and returns it. */
 export function deepFreeze<T>(v: T): T {
   if (v !== null && typeof v === 'object' && !Object.isFrozen(v)) {

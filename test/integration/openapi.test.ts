@@ -49,13 +49,21 @@ const ROUTES: Array<[string, string, 'apiKey' | 'adminToken' | null]> = [
 ]
 
 interface Operation {
+  operationId?: string
   summary?: string
   parameters?: Array<{ name: string; in: string; required?: boolean }>
   requestBody?: { content: Record<string, { schema: unknown }> }
   responses: Record<string, { description: string; content?: Record<string, { schema: unknown }> }>
   security?: Array<Record<string, unknown>>
 }
-type Doc = { openapi: string; info: { title: string; version: string }; paths: Record<string, Record<string, Operation>>; components?: { securitySchemes?: Record<string, unknown> } }
+type Doc = { openapi: string; info: { title: string; version: string }; paths: Record<string, Record<string, Operation>>; components?: { securitySchemes?: Record<string, unknown>; schemas?: Record<string, any> } }
+
+/** Every $ref in a JSON value. */
+function refsOf(v: unknown, out: string[] = []): string[] {
+  if (Array.isArray(v)) v.forEach((x) => refsOf(x, out))
+  else if (v && typeof v === 'object') for (const [k, x] of Object.entries(v)) k === '$ref' ? out.push(String(x)) : refsOf(x, out)
+  return out
+}
 
 describe('openapi/openapi.json', () => {
   let t: TestApp
@@ -132,5 +140,44 @@ describe('openapi/openapi.json', () => {
     const query = (m: string, p: string) => (op(m, p).parameters ?? []).filter((x) => x.in === 'query').map((x) => x.name)
     expect(query('get', '/v1/sessions')).toEqual(expect.arrayContaining(['limit', 'cursor']))
     expect(query('get', '/v1/sessions/{id}/events')).toEqual(expect.arrayContaining(['after', 'limit']))
+  })
+
+  it('names every operation (unique camelCase operationIds) for generated clients', () => {
+    const ids: string[] = []
+    for (const [p, ops] of Object.entries(served.paths)) {
+      for (const [m, op] of Object.entries(ops)) {
+        expect(op.operationId, `${m.toUpperCase()} ${p} has an operationId`).toMatch(/^[a-z][A-Za-z0-9]*$/)
+        ids.push(op.operationId!)
+      }
+    }
+    expect(new Set(ids).size, `duplicate operationIds: ${ids.join(', ')}`).toBe(ids.length)
+    const id = (m: string, p: string) => served.paths[p][m].operationId
+    expect(id('post', '/v1/sessions')).toBe('createSession')
+    expect(id('get', '/v1/sessions')).toBe('listSessions')
+    expect(id('get', '/v1/sessions/{id}')).toBe('getSession')
+    expect(id('post', '/v1/sessions/{id}/followup')).toBe('followup')
+    expect(id('post', '/v1/sessions/{id}/steer')).toBe('steer')
+    expect(id('post', '/v1/sessions/{id}/inject')).toBe('inject')
+    expect(id('get', '/v1/sessions/{id}/stream')).toBe('streamSession')
+  })
+
+  it('has named component schemas, referenced by $ref, every $ref resolving', () => {
+    const schemas = served.components?.schemas ?? {}
+    for (const name of ['SessionObject', 'ToolSpec', 'ErrorBody', 'SessionEvent', 'UserMessage', 'CreateSessionBody']) expect(schemas[name], name).toBeTruthy()
+    const refs = refsOf(served)
+    for (const r of refs) {
+      const m = /^#\/components\/schemas\/(\w+)$/.exec(r)
+      expect(m && schemas[m[1]], `${r} resolves`).toBeTruthy()
+    }
+    const body = (m: string, p: string) => served.paths[p][m].requestBody?.content['application/json'].schema
+    const answer = (m: string, p: string, code: string) => served.paths[p][m].responses[code]?.content?.['application/json']?.schema
+    expect(body('post', '/v1/sessions')).toEqual({ $ref: '#/components/schemas/CreateSessionBody' })
+    expect(answer('get', '/v1/sessions/{id}', '200')).toEqual({ $ref: '#/components/schemas/SessionObject' })
+    expect(answer('get', '/v1/sessions/{id}', '404')).toEqual({ $ref: '#/components/schemas/ErrorBody' })
+    expect(schemas.CreateSessionBody.properties.tools.items).toEqual({ $ref: '#/components/schemas/ToolSpec' })
+    expect(schemas.EventsPage.properties.events.items).toEqual({ $ref: '#/components/schemas/SessionEvent' })
+    // API.md §10's codes, all of them, as the error code's enumeration
+    const codes = refsOf(schemas.ErrorBody).length ? schemas.ErrorCode.anyOf.map((x: { const: string }) => x.const) : []
+    expect(codes.sort()).toEqual(['bad-request', 'fork-unavailable', 'idempotency-conflict', 'internal', 'model-unavailable', 'not-found', 'payload-too-large', 'queue-item-not-found', 'rate-limited', 'secrets-unavailable', 'session-busy', 'session-conflict', 'session-not-found', 'tool-call-not-pending', 'unauthorized', 'unavailable', 'unsupported-media-type'])
   })
 })

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { assertLosslessJson, canonicalJson, JsonValueError } from '../../src/session/index.js'
+import { assertLosslessJson, assertStorableText, canonicalJson, JsonValueError } from '../../src/session/index.js'
 
 describe('lossless JSON (SPEC §3.1.3)', () => {
   const bad: Array<[string, unknown]> = [
@@ -36,3 +36,30 @@ describe('lossless JSON (SPEC §3.1.3)', () => {
     expect(canonicalJson({ b: 1, a: { d: [1, { f: 2, e: 3 }], c: null } })).toBe('{"a":{"c":null,"d":[1,{"e":3,"f":2}]},"b":1}')
   })
 })
+
+describe('text PostgreSQL can store (assertStorableText)', () => {
+  it('refuses NUL and lone surrogates in strings and keys at any depth, naming the place', () => {
+    const bad: Array<[unknown, string]> = [
+      ['a\u0000', '$'],
+      [{ a: ['ok', { b: '\ud800' }] }, '$.a[1].b'],
+      [{ a: { ['k\u0000']: 1 } }, '$.a'],
+      [['\udfff'], '$[0]'],
+      ['x\ud83d', '$'],
+      ['\ude00\ud83d', '$'],
+    ]
+    for (const [v, where] of bad) {
+      let err: unknown
+      try {
+        assertStorableText(v)
+      } catch (e) {
+        err = e
+      }
+      expect(err, JSON.stringify(v)).toBeInstanceOf(JsonValueError)
+      expect((err as JsonValueError).path).toBe(where)
+    }
+  })
+  it('accepts paired surrogates, other control characters and non-strings', () => {
+    for (const v of ['😀', '\ud83d\ude00x', '\u0001\t\n', { '😀': ['é', 1, null, true] }, 5, null]) expect(() => assertStorableText(v)).not.toThrow()
+  })
+})
+

@@ -1,0 +1,80 @@
+// Authentication of the /v1 scope (API.md §3): tenant keys, the admin token on admin routes, the
+// `?access_token=` fallback of streams, and the per-key rate limit (API.md §1).
+
+import crypto from 'node:crypto'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { ApiError } from '../errors.js'
+import { tenants } from '../store/index.js'
+import type { HttpDeps } from './deps.js'
+
+/** Per-key token buckets (API.md §1 AGENTD_RATE_LIMIT_PER_MIN); streams are exempt. */
+class RateLimiter {
+  private readonly buckets = new Map<string, { tokens: number; at: number }>()
+  constructor(private readonly perMin: number) {}
+  take(key: string): number {
+    const now = Date.now()
+    const b = this.buckets.get(key) ?? { tokens: this.perMin, at: now }
+    b.tokens = Math.min(this.perMin, b.tokens + ((now - b.at) * this.perMin) / 60000)
+    b.at = now
+    this.buckets.set(key, b)
+    if (b.tokens >= 1) {
+      b.tokens -= 1
+      return 0
+    }
+    if (this.buckets.size > 100000) this.buckets.clear()
+    return Math.ceil(((1 - b.tokens) * 60000) / this.perMin / 1000)
+  }
+}
+
+/** The bearer token of the Authorization header, else (where the route allows it) of ?access_token. */
+export function bearer(req: FastifyRequest, allowQueryToken: boolean): string | undefined {
+  const h = req.headers.authorization
+  if (typeof h === 'string') {
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(h)
+    return m ? m[1] : undefined
+  }
+  if (allowQueryToken) {
+    const q = (req.query as Record<string, unknown> | undefined)?.access_token
+    if (typeof q === 'string' && q) return q
+  }
+  return undefined
+}
+
+/** Constant-time comparison of the admin token. */
+function isAdmin(given: string | undefined, token: string): boolean {
+  if (!given) return false
+  const a = crypto.createHash('sha256').update(given).digest()
+  const b = crypto.createHash('sha256').update(token).digest()
+  return crypto.timingSafeEqual(a, b)
+}
+
+/**
+ * The auth plugin of a scope: every route in it is `auth: 'tenant'` unless it says otherwise; one
+ * onRequest hook checks what the route's facts ask for. An unknown route is 404 whoever asks.
+ */
+export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
+  const limiter = new RateLimiter(deps.config.rateLimitPerMin)
+  scope.addHook('onRoute', (r) => {
+    r.config = Object.assign(r.config ?? {}, { auth: r.config?.auth ?? 'tenant' })
+  })
+  scope.addHook('onRequest', async (req) => {
+    if (req.is404) return
+    const facts = req.routeOptions.config
+    if (facts.auth === 'admin') {
+      if (!deps.config.adminToken) throw new ApiError('not-found', 'admin routes are disabled (AGENTD_ADMIN_TOKEN is not set)')
+      if (!isAdmin(bearer(req, false), deps.config.adminToken)) throw new ApiError('unauthorized', 'the admin token is required')
+      return
+    }
+    if (facts.auth !== 'tenant') return
+    const token = bearer(req, facts.queryToken === true)
+    if (!token) throw new ApiError('unauthorized', 'an API key is required: Authorization: Bearer <key>')
+    const p = await tenants.authenticate(deps.db, token)
+    if (!p) throw new ApiError('unauthorized', 'unknown or revoked API key')
+    req.principal = p
+    if (!facts.unlimited) {
+      const wait = limiter.take(p.keyId)
+      if (wait) throw new ApiError('rate-limited', 'too many requests for this API key', undefined, { 'retry-after': String(wait) })
+    }
+  })
+}, { name: 'agentd-auth' })

@@ -1,0 +1,62 @@
+// What HTTP needs from the rest of the server, and the facts a route declares in its `config`
+// (read by the auth, session-loading, body and OpenAPI plugins instead of matching URLs).
+
+import type { Logger } from 'pino'
+import type { Config } from '../config.js'
+import type { Intake, Sessions } from '../agent/index.js'
+import type { Feeds, LiveFrame } from '../bus/index.js'
+import type { Metrics } from '../metrics.js'
+import type { Db, Principal, SessionRow } from '../store/index.js'
+
+/** What HTTP needs from the rest of the server; nothing below http/ knows about HTTP. */
+export interface HttpDeps {
+  config: Config
+  db: Db
+  log: Logger
+  intake: Intake
+  sessions: Sessions
+  feeds: Feeds
+  metrics: Metrics
+  /** the in-flight attempt's snapshot frame for late subscribers (API.md §6), if any */
+  snapshot(sessionKey: string): LiveFrame | undefined
+  /** the driver side: manual compaction, deletion, fork checks */
+  driver: DriverControl
+  ready(): Promise<boolean>
+}
+
+export interface DriverControl {
+  /** POST …/compact: runs compaction as maintenance while idle (SPEC §12.7) */
+  compact(row: SessionRow): Promise<{ compacted: boolean }>
+  /** DELETE …: stops whatever runs for the session in any process */
+  deleted(row: SessionRow): Promise<void>
+}
+
+/** Facts of one route, in its `config`. */
+export interface RouteFacts {
+  /** who may call it (API.md §3): a tenant key, the admin token, or anyone (§8); set by the scope */
+  auth?: 'tenant' | 'admin' | 'none'
+  /** `?access_token=` stands in for the header (API.md §6: browsers' EventSource and WebSocket) */
+  queryToken?: boolean
+  /** exempt from the per-key rate limit (API.md §1: streams) */
+  unlimited?: boolean
+  /** `:id` is a session of the caller's tenant, loaded into req.session before validation (404 otherwise) */
+  session?: boolean
+  /** every body field is optional, so no body at all reads as {} (API.md §10) */
+  optionalBody?: boolean
+  /** answers text/event-stream (openapi.json) */
+  eventStream?: boolean
+}
+
+declare module 'fastify' {
+  interface FastifySchema {
+    /** one line for openapi.json */
+    summary?: string
+    /** the operation's name in openapi.json and in generated clients */
+    operationId?: string
+  }
+  interface FastifyContextConfig extends RouteFacts {}
+  interface FastifyRequest {
+    principal?: Principal
+    session?: SessionRow
+  }
+}

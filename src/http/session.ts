@@ -1,0 +1,25 @@
+// Session loading: a route with the fact `session: true` gets the caller's session `:id` in
+// req.session before its body is validated; another tenant's session looks missing (API.md §3).
+
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { sessionNotFound } from '../errors.js'
+import { sessionObject } from '../agent/index.js'
+import { getSession, type SessionRow } from '../store/index.js'
+import type { HttpDeps } from './deps.js'
+
+/** The status clients see (API.md §4), the same on the session object and the stream's agent/status. */
+export const sessionStatus = (row: SessionRow) => sessionObject(row).status
+
+/** The loaded session of a `session: true` route. */
+export const sessionOf = (req: FastifyRequest): SessionRow => req.session!
+
+export const sessionLoading = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
+  scope.addHook('preValidation', async (req) => {
+    if (!req.routeOptions.config.session) return
+    const id = (req.params as { id: string }).id
+    const row = await getSession(deps.db, req.principal!.tenantId, id)
+    if (!row) throw sessionNotFound(id)
+    req.session = row
+  })
+}, { name: 'agentd-session-loading', dependencies: ['agentd-auth'] })

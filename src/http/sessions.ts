@@ -1,0 +1,73 @@
+// Session routes (API.md §4, §9): create, list, read, patch, delete, fork and compact.
+
+import type { FastifyInstance } from 'fastify'
+import { ApiError, badRequest, sessionNotFound } from '../errors.js'
+import { sessionObject } from '../agent/index.js'
+import { decodeCursor, deleteSession, getSession, listSessions, patchSession } from '../store/index.js'
+import { assertLosslessJson, type JsonObject } from '../session/index.js'
+import type { HttpDeps } from './deps.js'
+import { sessionOf } from './session.js'
+import * as S from './schemas.js'
+
+const err = { 400: S.ErrorBody, 401: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
+const json = (o: unknown) => JSON.stringify(o)
+
+export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
+  app.post('/sessions', { config: { optionalBody: true }, schema: { operationId: 'createSession', summary: 'Create a session', body: S.CreateSessionBody, response: { 200: S.SessionObject, 201: S.SessionObject, 422: S.ErrorBody, ...err } } }, async (req, reply) => {
+    const { row, created } = await deps.sessions.create(req.principal!.tenantId, req.body as never)
+    return reply.code(created ? 201 : 200).type('application/json').send(json(sessionObject(row)))
+  })
+
+  app.get('/sessions', { schema: { operationId: 'listSessions', summary: 'List sessions, newest activity first', querystring: S.ListQuery, response: { 200: S.SessionList, ...err } } }, async (req, reply) => {
+    const q = req.query as { limit?: string; cursor?: string }
+    const limit = q.limit === undefined ? 50 : Number(q.limit)
+    if (limit < 1 || limit > 200) throw badRequest('limit must be between 1 and 200', [{ path: 'querystring.limit', message: 'must be between 1 and 200' }])
+    let cursor
+    if (q.cursor !== undefined) {
+      cursor = decodeCursor(q.cursor)
+      if (!cursor) throw badRequest('cursor is not one this server gave out', [{ path: 'querystring.cursor', message: 'invalid cursor' }])
+    }
+    const page = await listSessions(deps.db, req.principal!.tenantId, limit, cursor)
+    return reply.type('application/json').send(json({ sessions: page.sessions.map(sessionObject), nextCursor: page.nextCursor }))
+  })
+
+  app.get('/sessions/:id', { config: { session: true }, schema: { operationId: 'getSession', summary: 'Get a session', params: S.SessionParams, response: { 200: S.SessionObject, ...err } } }, async (req, reply) => {
+    return reply.type('application/json').send(json(sessionObject(sessionOf(req))))
+  })
+
+  app.patch('/sessions/:id', { config: { session: true }, schema: { operationId: 'updateSession', summary: 'Set title and metadata', params: S.SessionParams, body: S.PatchSessionBody, response: { 200: S.SessionObject, ...err } } }, async (req, reply) => {
+    const body = req.body as { title?: string | null; metadata?: JsonObject }
+    if (body.metadata !== undefined) {
+      try {
+        assertLosslessJson(body.metadata)
+      } catch (e) {
+        throw badRequest(`metadata is not lossless JSON: ${(e as Error).message}`)
+      }
+    }
+    const s = sessionOf(req)
+    await patchSession(deps.db, s.key, body)
+    const row = await getSession(deps.db, req.principal!.tenantId, s.id)
+    if (!row) throw sessionNotFound(s.id)
+    return reply.type('application/json').send(json(sessionObject(row)))
+  })
+
+  app.delete('/sessions/:id', { config: { session: true }, schema: { operationId: 'deleteSession', summary: 'Delete a session (cancels any running turn)', params: S.SessionParams, response: { ...err } } }, async (req, reply) => {
+    const row = sessionOf(req)
+    await deleteSession(deps.db, row.key)
+    await deps.driver.deleted(row)
+    return reply.code(204).send()
+  })
+
+  app.post('/sessions/:id/fork', { config: { session: true, optionalBody: true }, schema: { operationId: 'forkSession', summary: 'Fork a session at a seq', params: S.SessionParams, body: S.ForkBody, response: { 201: S.SessionObject, ...err } } }, async (req, reply) => {
+    const atSeq = (req.body as { atSeq?: number }).atSeq
+    const child = await deps.sessions.fork(sessionOf(req), atSeq)
+    return reply.code(201).type('application/json').send(json(sessionObject(child)))
+  })
+
+  app.post('/sessions/:id/compact', { config: { session: true, optionalBody: true }, schema: { operationId: 'compactSession', summary: 'Compact an idle session now', params: S.SessionParams, body: S.CompactBody, response: { 202: S.CompactAnswer, ...err } } }, async (req, reply) => {
+    const row = sessionOf(req)
+    if (row.runState !== 'idle') throw new ApiError('session-busy', 'a turn is running; compaction runs while idle')
+    const r = await deps.driver.compact(row)
+    return reply.code(202).type('application/json').send(json(r))
+  })
+}

@@ -1,0 +1,169 @@
+// Following a session live (API.md §6): the Server-Sent Events stream and the WebSocket, which also
+// takes input ops. Both accept `?access_token=` and are exempt from the rate limit.
+
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { WebSocket } from 'ws'
+import { badRequest, sessionNotFound } from '../errors.js'
+import { getSessionByKey } from '../store/index.js'
+import { bodyHash, toUserMessage, type DeliveryRoute } from '../agent/index.js'
+import type { HttpDeps } from './deps.js'
+import { toApiError } from './errors.js'
+import { batch, HIGH_WATER, parseAfter, PING_MS, SLOW_MS, sseDurable, sseLive, subscribe, wsDurable, wsLive, type Transport } from './feed.js'
+import { sessionOf } from './session.js'
+import * as S from './schemas.js'
+
+const facts = { session: true, queryToken: true, unlimited: true } as const
+
+export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
+  const streams = new Set<{ end(reason?: string): void }>()
+  app.addHook('preClose', async () => {
+    for (const s of [...streams]) s.end()
+  })
+  deps.metrics.gauge('agentd_stream_subscribers', 'Open SSE and WebSocket subscriptions in this process', () => streams.size)
+
+  app.get('/sessions/:id/stream', { config: { ...facts, eventStream: true }, schema: { operationId: 'streamSession', summary: 'Server-Sent Events: durable events from a seq, then live frames', params: S.SessionParams, querystring: S.StreamQuery } }, async (req, reply) => {
+    const lastEventId = req.headers['last-event-id']
+    const after = parseAfter(typeof lastEventId === 'string' ? lastEventId.trim() : undefined, 'Last-Event-ID') ?? parseAfter((req.query as { after?: string }).after, 'querystring.after') ?? -1
+    reply.hijack()
+    const res = reply.raw
+    res.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      connection: 'keep-alive',
+      'x-accel-buffering': 'no',
+    })
+    res.flushHeaders()
+    let closed = false
+    let pausedSince = 0
+    // frames of one event-loop turn leave together: one syscall per connection, however many frames
+    let pending: string[] = []
+    const flush = () => {
+      if (closed || !pending.length) return
+      const text = pending.length === 1 ? pending[0] : pending.join('')
+      pending = []
+      if (!res.write(text) && !pausedSince) pausedSince = Date.now()
+    }
+    const write = (s: string) => {
+      if (closed) return
+      if (!pending.length) batch.add(flush)
+      pending.push(s)
+    }
+    const handle = {
+      end(reason?: string) {
+        if (closed) return
+        flush()
+        if (reason === 'slow-consumer') res.write(`event: stream/error\ndata: {"code":"slow-consumer"}\n\n`)
+        closed = true
+        clearInterval(ping)
+        streams.delete(handle)
+        sub.close()
+        res.end()
+      },
+    }
+    const t: Transport = {
+      durable: (e) => write(sseDurable(e)),
+      live: (f) => write(sseLive(f)),
+      writable: () => {
+        if (closed) return false
+        if (res.writableLength + pending.length * 1024 < HIGH_WATER) return true
+        if (pausedSince && Date.now() - pausedSince > SLOW_MS) handle.end('slow-consumer')
+        return false
+      },
+      end: (reason) => handle.end(reason),
+    }
+    const sub = subscribe(deps, req, after, t)
+    streams.add(handle)
+    res.on('drain', () => {
+      pausedSince = 0
+      sub.drained()
+    })
+    res.on('close', () => handle.end())
+    const ping = setInterval(() => {
+      write(': ping\n\n')
+      t.writable()
+    }, PING_MS)
+    await sub.start()
+  })
+
+  app.route({
+    method: 'GET',
+    url: '/sessions/:id/ws',
+    config: facts,
+    schema: { operationId: 'connectWebSocket', summary: 'WebSocket: the stream frames as JSON, plus input ops', params: S.SessionParams, querystring: S.StreamQuery },
+    // a plain GET (no upgrade) is answered like any other bad request
+    handler: async () => {
+      throw badRequest('this route takes a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)', [{ path: 'headers.upgrade', message: 'must be websocket' }])
+    },
+    wsHandler: (socket: WebSocket, req: FastifyRequest) => {
+      const q = req.query as { after?: string }
+      let after = -1
+      try {
+        after = parseAfter(q.after, 'querystring.after') ?? -1
+      } catch {
+        socket.close(1008, 'after must be an integer seq')
+        return
+      }
+      let closed = false
+      const send = (o: unknown) => {
+        if (!closed && socket.readyState === socket.OPEN) socket.send(typeof o === 'string' ? o : JSON.stringify(o))
+      }
+      const handle = {
+        end(reason?: string) {
+          if (closed) return
+          if (reason === 'slow-consumer') send({ event: 'stream/error', data: { code: 'slow-consumer' } })
+          closed = true
+          streams.delete(handle)
+          sub.close()
+          socket.close(1001)
+        },
+      }
+      const t: Transport = {
+        durable: (e) => send(wsDurable(e)),
+        live: (f) => send(wsLive(f)),
+        writable: () => !closed && socket.bufferedAmount < HIGH_WATER,
+        end: (reason) => handle.end(reason),
+      }
+      const sub = subscribe(deps, req, after, t)
+      streams.add(handle)
+      const ping = setInterval(() => socket.ping(), PING_MS)
+      socket.on('close', () => {
+        clearInterval(ping)
+        handle.end()
+      })
+      socket.on('message', (raw) => {
+        void handleOp(String(raw)).catch((e) => {
+          const ae = toApiError(e)
+          send({ event: 'error', data: { code: ae.code, message: ae.message } })
+        })
+      })
+      const handleOp = async (text: string) => {
+        let msg: { op?: unknown; content?: unknown; id?: unknown; keepInbox?: unknown }
+        try {
+          msg = JSON.parse(text)
+        } catch {
+          throw badRequest('a message must be JSON')
+        }
+        if (!msg || typeof msg !== 'object' || Array.isArray(msg)) throw badRequest('a message must be a JSON object')
+        const key = sessionOf(req).key
+        const row = await getSessionByKey(deps.db, key)
+        if (!row) throw sessionNotFound(sessionOf(req).id)
+        if (msg.op === 'cancel') {
+          for (const k of Object.keys(msg)) if (k !== 'op' && k !== 'keepInbox') throw badRequest(`unknown field ${k}`)
+          if (msg.keepInbox !== undefined && typeof msg.keepInbox !== 'boolean') throw badRequest('keepInbox must be a boolean')
+          const r = await deps.intake.cancel(row, msg.keepInbox === true)
+          send({ event: 'ack', data: { op: 'cancel', cancelled: r.cancelled } })
+          return
+        }
+        if (msg.op !== 'followup' && msg.op !== 'steer' && msg.op !== 'inject') throw badRequest('op must be followup, steer, inject or cancel')
+        for (const k of Object.keys(msg)) if (!['op', 'content', 'id'].includes(k)) throw badRequest(`unknown field ${k}`)
+        if (msg.id !== undefined && (typeof msg.id !== 'string' || !msg.id)) throw badRequest('id must be a non-empty string')
+        // toUserMessage refuses bad content and text PostgreSQL cannot store, as the HTTP routes do
+        const message = toUserMessage({ content: msg.content }, { kind: 'user' }, msg.id as string | undefined)
+        const route = msg.op as DeliveryRoute
+        const r = await deps.intake.deliver(row, route, message, msg.id !== undefined ? { bodyHash: bodyHash(route, { content: msg.content }) } : undefined)
+        send({ event: 'ack', data: { op: route, messageId: r.messageId, seq: r.seq } })
+      }
+      void sub.start()
+    },
+  })
+}

@@ -1,0 +1,443 @@
+// The fuzz part: requests generated from openapi/openapi.json by fast-check — valid ones first (they
+// create sessions that run turns with http tools), then broken ones (missing, unknown and mistyped
+// fields, huge and deeply nested values, NULs and lone surrogates, bad JSON and content types,
+// garbage path ids and query values, another tenant's key, garbage auth). Every answer is checked:
+// a whole answer, no 5xx, §10's shape, tenant isolation; /healthz stays up; at the end every session
+// log passes the SPEC §15 checker. Routes added to the document are fuzzed without changing this file.
+
+import fs from 'node:fs'
+import http from 'node:http'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import fc from 'fast-check'
+import { violations as logViolations } from '../helpers/invariants.js'
+import type { SessionEvent } from '../../src/session/index.js'
+import { errorShapeViolation } from './lib/contract.js'
+import type { FaultPart, PartContext, PartResult } from './lib/part.js'
+import { operations, type Operation } from './lib/operations.js'
+import { cleanText, valueOf, type Hints } from './lib/schema-arb.js'
+import { startTarget, type Target } from './lib/target.js'
+import { wireRequest, type WireAnswer } from './lib/wire.js'
+
+const DOC_FILE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../openapi/openapi.json')
+
+type Mutation =
+  | { kind: 'missing'; pick: number }
+  | { kind: 'unknown'; key: string }
+  | { kind: 'mistyped'; pick: number; value: unknown }
+  | { kind: 'huge'; pick: number; size: number }
+  | { kind: 'deep'; depth: number; array: boolean }
+  | { kind: 'unstorable'; where: 'body' | 'key' | 'path' | 'query'; pick: number; text: string }
+  | { kind: 'bad-json'; cut: number; garbage: string }
+  | { kind: 'content-type'; type: string }
+  | { kind: 'path-garbage'; pick: number; text: string }
+  | { kind: 'query-garbage'; name: string; text: string }
+  | { kind: 'other-tenant' }
+  | { kind: 'bad-auth'; header?: string }
+
+interface Plan {
+  op: number
+  /** picks from the pools of known values, by path parameter */
+  picks: Record<string, number>
+  /** generated values, for parameters no pool knows */
+  fallback: Record<string, string>
+  query: Record<string, unknown>
+  body?: unknown
+  mutation?: Mutation
+}
+
+const UNSTORABLE = ['\u0000', 'a\u0000b', '\ud800', 'x\udfff', 'end\ud83d', '\udc00\ud800']
+
+function planArb(doc: any, ops: Operation[], hints: Hints, broken: boolean): fc.Arbitrary<Plan> {
+  // what a session does (deliveries, answers, patches) comes up more often than reads and admin
+  const weighted = ops.flatMap((o, i) => Array<number>(o.body ? 4 : 1).fill(i))
+  return fc.constantFrom(...weighted).chain((i) => {
+    const op = ops[i]
+    const base = fc.record({
+      op: fc.constant(i),
+      picks: fc.record(Object.fromEntries(op.pathParams.map((p) => [p, fc.nat()]))),
+      fallback: fc.record(Object.fromEntries(op.pathParams.map((p) => [p, cleanText(12).filter((x) => x.trim().length > 0)]))),
+      // query values optional, each a value its schema accepts
+      query: fc.record(Object.fromEntries(Object.entries(op.query).filter(([k]) => k !== 'access_token').map(([k, s]) => [k, valueOf(doc, s, hints, k)])), { requiredKeys: [] }),
+      body: op.body ? valueOf(doc, op.body, hints) : fc.constant(undefined),
+    })
+    if (!broken) return base
+    const kinds: Array<fc.Arbitrary<Mutation>> = [
+      fc.record({ kind: fc.constant('unstorable' as const), where: fc.constantFrom(...(['path', 'query', ...(op.body ? ['body', 'key'] : [])] as Array<'body' | 'key' | 'path' | 'query'>)), pick: fc.nat(), text: fc.constantFrom(...UNSTORABLE) }),
+      fc.record({ kind: fc.constant('path-garbage' as const), pick: fc.nat(), text: fc.oneof(fc.string({ unit: 'binary', maxLength: 30 }), fc.constantFrom('%', '%ZZ', '%E0%A4%A', '..', '%2e%2e', '%2F', 'a'.repeat(1200), '%C0%AF', '%FF')) }),
+      fc.record({ kind: fc.constant('query-garbage' as const), name: fc.constantFrom(...Object.keys(op.query), 'limit', 'after', 'cursor', 'x', '__proto__'), text: fc.oneof(fc.string({ unit: 'binary', maxLength: 30 }), fc.constantFrom('-1', '1e9', '99999999999', '%ZZ', '', '[]', '{}')) }),
+      fc.record({ kind: fc.constant('other-tenant' as const) }),
+      fc.record({ kind: fc.constant('bad-auth' as const), header: fc.option(fc.oneof(fc.constantFrom('Bearer', 'Bearer ', 'Basic Zm9vOmJhcg==', 'bearer agd_000000000000_AAAA', 'Token x'), fc.string({ unit: 'grapheme-ascii', maxLength: 60 })), { nil: undefined }) }),
+    ]
+    if (op.body) {
+      kinds.push(
+        fc.record({ kind: fc.constant('missing' as const), pick: fc.nat() }),
+        fc.record({ kind: fc.constant('unknown' as const), key: fc.oneof(cleanText(10), fc.constantFrom('__proto__', 'constructor', 'prototype')) }),
+        fc.record({ kind: fc.constant('mistyped' as const), pick: fc.nat(), value: fc.oneof(fc.integer(), fc.boolean(), fc.constant(null), fc.constant([]), fc.constant({}), cleanText(5), fc.double()) }),
+        fc.record({ kind: fc.constant('huge' as const), pick: fc.nat(), size: fc.constantFrom(70_000, 600_000, 1_100_000, 3_000_000) }),
+        fc.record({ kind: fc.constant('deep' as const), depth: fc.constantFrom(50, 1000, 20_000, 200_000), array: fc.boolean() }),
+        fc.record({ kind: fc.constant('bad-json' as const), cut: fc.nat(), garbage: fc.constantFrom('', '}', ',', 'NaN', "'", '\u0000', '{"a":', '\\u12') }),
+        fc.record({ kind: fc.constant('content-type' as const), type: fc.constantFrom('text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/xml', 'application/json-patch+json', 'text/json', '') }),
+      )
+    }
+    return fc.record({ base, mutation: fc.oneof(...kinds) }).map(({ base: b, mutation }) => ({ ...b, mutation }))
+  })
+}
+
+/** Every place in a JSON value: [path of keys, parent, key]. */
+function places(v: unknown, out: Array<{ parent: any; key: string | number }> = []): Array<{ parent: any; key: string | number }> {
+  if (v && typeof v === 'object') {
+    for (const [k, x] of Object.entries(v)) {
+      out.push({ parent: v, key: Array.isArray(v) ? Number(k) : k })
+      places(x, out)
+    }
+  }
+  return out
+}
+
+/** Percent-encoding that survives a lone surrogate (encodeURIComponent throws on one): its would-be bytes. */
+function enc(s: string): string {
+  try {
+    return encodeURIComponent(s)
+  } catch {
+    return [...s].map((c) => (/[\ud800-\udfff]/.test(c) ? '%ED%A0%80' : encodeURIComponent(c))).join('')
+  }
+}
+
+function nested(depth: number, array: boolean): string {
+  return array ? `${'['.repeat(depth)}1${']'.repeat(depth)}` : `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}`
+}
+
+interface Built {
+  method: string
+  path: string
+  headers: Record<string, string>
+  body?: string | Buffer
+  /** what the answer must be, beyond the checks every answer gets */
+  expect?: { status: number[]; code?: string; why: string }
+  /** the session of tenant a it addresses, if any */
+  session?: string
+}
+
+/** Known values learned from answers: session ids of tenant A, and every named string field. */
+class Pools {
+  readonly sessions: string[] = []
+  readonly byName = new Map<string, string[]>()
+  learn(v: unknown, parent = ''): void {
+    if (Array.isArray(v)) return v.forEach((x) => this.learn(x, parent))
+    if (!v || typeof v !== 'object') return
+    const o = v as Record<string, unknown>
+    if (typeof o.id === 'string' && 'headSeq' in o && 'status' in o && !this.sessions.includes(o.id)) {
+      this.sessions.push(o.id)
+    }
+    for (const [k, x] of Object.entries(o)) {
+      if (typeof x === 'string' && x.length < 300) this.add(k === 'id' && parent ? `${parent}Id` : k, x)
+      else this.learn(x, k)
+    }
+  }
+  private add(name: string, value: string) {
+    const list = this.byName.get(name) ?? []
+    if (list.length < 200 && !list.includes(value)) list.push(value)
+    this.byName.set(name, list)
+  }
+  /** a session that answered 404 to its owner is gone (deleted): aim at live ones */
+  forget(id: string) {
+    const i = this.sessions.indexOf(id)
+    if (i >= 0) this.sessions.splice(i, 1)
+  }
+  pick(op: Operation, name: string, n: number): string | undefined {
+    const list = name === 'id' && op.session ? this.sessions : this.byName.get(name)
+    return list?.length ? list[n % list.length] : undefined
+  }
+}
+
+/** The scripted model's answer: call the session's first tool when asked to, else echo. */
+function agentStep(req: { context: { messages: any[]; tools?: Array<{ name: string }> }; n: number }) {
+  const last = req.context.messages.at(-1)
+  if (last?.role === 'toolResult') return { text: ['the tool answered'] }
+  const text = typeof last?.content === 'string' ? last.content : (last?.content ?? []).map((b: { text?: string }) => b.text ?? '').join('')
+  const tool = req.context.tools?.[0]
+  if (tool && /tool/.test(text)) return { toolCalls: [{ id: `call_${req.n}`, name: tool.name, arguments: { q: text.slice(0, 20) } }], stop: 'toolUse' as const }
+  return { text: [`heard: ${text.slice(0, 40)}`] }
+}
+
+export async function runFuzz(ctx: PartContext): Promise<PartResult> {
+  const started = Date.now()
+  const total = ctx.size === 'long' ? 20_000 : 2_000
+  const validCount = Math.round(total * 0.4)
+  const doc = JSON.parse(fs.readFileSync(DOC_FILE, 'utf8'))
+  const ops = operations(doc).filter((o) => !o.websocket && !o.eventStream)
+  const streams = operations(doc).filter((o) => o.websocket || o.eventStream)
+  const target: Target = await startTarget(ctx.db)
+  const problems: string[] = []
+  const statuses = new Map<number, number>()
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 4 })
+  let sent = 0
+  let noAnswer = 0
+  let isolationChecks = 0
+  let healthChecks = 0
+  try {
+    const admin = { authorization: `Bearer ${target.adminToken}`, 'content-type': 'application/json' }
+    const mk = async (name: string) => (await wireRequest(target.url, { method: 'POST', path: '/v1/admin/tenants', headers: admin, body: JSON.stringify({ name }) })).body as { apiKey: string; tenant: { id: string } }
+    const a = await mk('fuzz-a')
+    const b = await mk('fuzz-b')
+    const hints: Hints = {
+      byName: {
+        model: [target.models.ref(), 'faux/echo', 'nope/none'],
+        url: [target.tools.url, `${target.tools.url}?x=1`],
+        content: ['please use a tool', 'hello there', 'tool time', 'what now'],
+        text: ['please use a tool', 'hi'],
+        decision: ['allow', 'deny'],
+      },
+    }
+    const pools = new Pools()
+    const theirs = new Pools()
+    pools.learn({ tenant: a.tenant })
+    /** requests under /v1 other than admin ones are a tenant's */
+    const scopeOf = (r: Built) => (r.path.startsWith('/v1/') && !r.path.startsWith('/v1/admin/') ? 'tenant' : 'other')
+    const known = new Set<string>()
+
+    const send = async (r: Built, what: string): Promise<WireAnswer> => {
+      const ans = await wireRequest(target.url, { ...r, agent, timeoutMs: 30000 })
+      sent++
+      statuses.set(ans.status, (statuses.get(ans.status) ?? 0) + 1)
+      const where = `#${sent} ${what}`
+      if (ans.error) {
+        noAnswer++
+        problems.push(`${where}: no whole answer (${ans.error})`)
+        return ans
+      }
+      if (ans.status >= 500) problems.push(`${where}: ${ans.status} ${ans.text.slice(0, 200)}`)
+      const shape = errorShapeViolation(ans.status, ans.body, { head: r.method === 'HEAD', retryAfter: (ans.headers['retry-after'] as string) ?? null })
+      if (shape) problems.push(`${where}: ${shape}`)
+      if (r.expect && !r.expect.status.includes(ans.status)) problems.push(`${where}: ${r.expect.why}: expected ${r.expect.status.join('|')}, got ${ans.status} ${ans.text.slice(0, 200)}`)
+      else if (r.expect?.code && ans.body?.error?.code !== r.expect.code) problems.push(`${where}: ${r.expect.why}: expected code ${r.expect.code}, got ${ans.text.slice(0, 200)}`)
+      // only what tenant a's key got back is a's; ids are per tenant, so b may hold the same id
+      if (ans.status === 404 && ans.body?.error?.code === 'session-not-found' && r.session && r.headers.authorization === `Bearer ${a.apiKey}`) pools.forget(r.session)
+      if (ans.status < 300 && ans.body && r.headers.authorization === `Bearer ${b.apiKey}`) theirs.learn(ans.body)
+      else if (ans.status < 300 && ans.body && (r.headers.authorization === `Bearer ${a.apiKey}` || scopeOf(r) !== 'tenant')) {
+        pools.learn(ans.body)
+        for (const id of pools.sessions) if (!known.has(id)) {
+          known.add(id)
+          target.models.fallback(id, agentStep as never)
+        }
+      }
+      return ans
+    }
+
+    const build = (plan: Plan): Built => {
+      const op = ops[plan.op]
+      const m = plan.mutation
+      const values: Record<string, string> = {}
+      for (const p of op.pathParams) values[p] = pools.pick(op, p, plan.picks[p]) ?? plan.fallback[p]
+      const fromA = op.pathParams.includes('id') && op.session && pools.sessions.includes(values.id) && !theirs.sessions.includes(values.id)
+      let body = plan.body === undefined ? undefined : structuredClone(plan.body)
+      let raw: string | undefined
+      const query: Record<string, string> = {}
+      for (const [k, v] of Object.entries(plan.query)) query[k] = typeof v === 'string' ? v : JSON.stringify(v)
+      const headers: Record<string, string> = {}
+      if (op.security === 'apiKey') headers.authorization = `Bearer ${a.apiKey}`
+      if (op.security === 'adminToken') headers.authorization = `Bearer ${target.adminToken}`
+      let expect: Built['expect']
+      let rawPath: string | undefined
+      if (m) {
+        const spots = places(body)
+        const spot = (n: number) => (spots.length ? spots[n % spots.length] : undefined)
+        switch (m.kind) {
+          case 'missing': {
+            const s = spot(m.pick)
+            if (s) Array.isArray(s.parent) ? s.parent.splice(Number(s.key), 1) : delete s.parent[s.key]
+            break
+          }
+          case 'unknown':
+            if (body && typeof body === 'object' && !Array.isArray(body)) (body as Record<string, unknown>)[m.key] = 1
+            else body = { [m.key]: 1 }
+            break
+          case 'mistyped': {
+            const s = spot(m.pick)
+            if (s) s.parent[s.key] = m.value
+            else body = m.value
+            break
+          }
+          case 'huge': {
+            const s = spot(m.pick)
+            const big = 'h'.repeat(m.size)
+            if (s) s.parent[s.key] = big
+            else body = { huge: big }
+            if (m.size > 1024 * 1024) expect = { status: [413], code: 'payload-too-large', why: 'a body over 1 MiB' }
+            break
+          }
+          case 'deep':
+            raw = JSON.stringify(body ?? {}).replace(/^\{/, `{"deep":${nested(m.depth, m.array)},`).replace(/,\}$/, '}')
+            if (raw.length > 1024 * 1024) expect = { status: [413], code: 'payload-too-large', why: 'a body over 1 MiB' }
+            break
+          case 'unstorable': {
+            if (m.where === 'path' && op.pathParams.length) values[op.pathParams[m.pick % op.pathParams.length]] = `x${m.text}`
+            else if (m.where === 'query' || m.where === 'path') query[Object.keys(op.query)[0] ?? 'probe'] = m.text
+            else if (m.where === 'key') {
+              const s = places(body).filter((p) => p.parent && !Array.isArray(p.parent))
+              const target = s.length ? s[m.pick % s.length].parent : body && typeof body === 'object' && !Array.isArray(body) ? body : undefined
+              if (target) target[`k${m.text}`] = 'v'
+              else body = { [`k${m.text}`]: 'v' }
+            } else {
+              const s = spots.filter((p) => typeof p.parent[p.key] === 'string')
+              if (s.length) {
+                const p = s[m.pick % s.length]
+                p.parent[p.key] = `${p.parent[p.key]}${m.text}`
+              } else body = { text: m.text }
+            }
+            expect = { status: [400], code: 'bad-request', why: 'text PostgreSQL cannot store' }
+            break
+          }
+          case 'bad-json': {
+            const text = JSON.stringify(body ?? {})
+            raw = text.slice(0, Math.max(1, m.cut % Math.max(1, text.length))) + m.garbage
+            try {
+              JSON.parse(raw)
+            } catch {
+              expect = { status: [400], code: 'bad-request', why: 'malformed JSON' }
+            }
+            break
+          }
+          case 'content-type':
+            headers['content-type'] = m.type
+            raw = JSON.stringify(body ?? {})
+            expect = { status: [415], code: 'unsupported-media-type', why: `content-type ${JSON.stringify(m.type)}` }
+            break
+          case 'path-garbage':
+            if (op.pathParams.length) values[op.pathParams[m.pick % op.pathParams.length]] = m.text
+            break
+          case 'query-garbage':
+            query[m.name] = m.text
+            break
+          case 'other-tenant':
+            if (headers.authorization && op.security === 'apiKey') headers.authorization = `Bearer ${b.apiKey}`
+            if (fromA && op.security === 'apiKey') {
+              expect = { status: [404], code: 'session-not-found', why: "another tenant's session" }
+              isolationChecks++
+            }
+            break
+          case 'bad-auth':
+            if (m.header === undefined) delete headers.authorization
+            else headers.authorization = m.header.replace(/[^\t\x20-\x7e]/g, '')
+            if (op.security) expect = { status: [401], code: 'unauthorized', why: 'garbage auth' }
+            break
+        }
+      }
+      // path: each parameter percent-encoded, except garbage meant to arrive as sent
+      rawPath = op.template.replace(/\{(\w+)\}/g, (_x, p: string) => (m?.kind === 'path-garbage' && values[p] === (m as { text: string }).text && /%/.test(values[p]) ? values[p] : enc(values[p] ?? 'x')))
+      const qs = Object.entries(query).map(([k, v]) => `${enc(k)}=${enc(v)}`).join('&')
+      if (qs) rawPath += `?${qs}`
+      let payload: string | undefined = raw ?? (body === undefined ? undefined : JSON.stringify(body))
+      if (payload !== undefined && headers['content-type'] === undefined) headers['content-type'] = 'application/json'
+      if (payload !== undefined && !op.body && !m) payload = undefined
+      return { method: op.method, path: rawPath, headers, body: payload, expect, session: fromA ? values.id : undefined }
+    }
+
+    const seed = ctx.seed
+    const validPlans = fc.sample(planArb(doc, ops, hints, false), { seed, numRuns: validCount })
+    // a head start: sessions to aim at before the generated creates made their own
+    for (let i = 0; i < 4; i++) {
+      await send({ method: 'POST', path: '/v1/sessions', headers: { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ tools: [{ name: 'lookup', description: 'looks up', parameters: { type: 'object', properties: { q: { type: 'string' } } }, execution: { type: 'http', url: target.tools.url } }] }) }, 'seed session')
+    }
+    const check = async (i: number) => {
+      if (i % 50 !== 0) return
+      healthChecks++
+      const h = await send({ method: 'GET', path: '/healthz', headers: {} }, 'healthz')
+      if (h.status !== 200) problems.push(`healthz answered ${h.status} after ${sent} requests`)
+    }
+    for (let i = 0; i < validPlans.length; i++) {
+      const p = validPlans[i]
+      await send(build(p), `valid ${ops[p.op].method} ${ops[p.op].template}`)
+      await check(i)
+    }
+    ctx.log(`fuzz: ${sent} valid requests, ${pools.sessions.length} sessions`)
+    const brokenPlans = fc.sample(planArb(doc, ops, hints, true), { seed: seed + 1, numRuns: total - validCount })
+    for (let i = 0; i < brokenPlans.length; i++) {
+      const p = brokenPlans[i]
+      const r = build(p)
+      await send(r, `broken(${p.mutation?.kind}) ${ops[p.op].method} ${ops[p.op].template} ${r.path.slice(0, 120)}`)
+      await check(i)
+    }
+    ctx.log(`fuzz: ${sent} requests sent, checking logs`)
+
+    // the other tenant lists none of the first's sessions
+    const listed = await wireRequest(target.url, { method: 'GET', path: '/v1/sessions?limit=200', headers: { authorization: `Bearer ${b.apiKey}` } })
+    for (const s of listed.body?.sessions ?? []) if (pools.sessions.includes(s.id) && !theirs.sessions.includes(s.id)) problems.push(`tenant b lists tenant a's session ${s.id}`)
+
+    // settle: cancel whatever runs or waits, then every remaining session's log must pass §15
+    const auth = { authorization: `Bearer ${a.apiKey}` }
+    const all: string[] = []
+    let cursor: string | null = null
+    do {
+      const page: WireAnswer = await wireRequest(target.url, { method: 'GET', path: `/v1/sessions?limit=200${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, headers: auth })
+      all.push(...(page.body?.sessions ?? []).map((s: { id: string }) => s.id))
+      cursor = page.body?.nextCursor ?? null
+    } while (cursor)
+    // the streams, opened and closed by each tenant
+    for (const op of streams) {
+      for (const id of all.filter((x) => !theirs.sessions.includes(x)).slice(0, 3)) {
+        const p = op.template.replace('{id}', encodeURIComponent(id))
+        for (const [key, want] of [[a.apiKey, op.template.endsWith('/ws') ? [400] : [200]], [b.apiKey, [404]]] as Array<[string, number[]]>) {
+          const ac = new AbortController()
+          const res = await fetch(`${target.url}${p}`, { headers: { authorization: `Bearer ${key}` }, signal: ac.signal }).catch((e) => e as Error)
+          sent++
+          if (res instanceof Error) problems.push(`${op.template}: no answer (${res.message})`)
+          else {
+            statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1)
+            if (!want.includes(res.status)) problems.push(`${op.template} as ${key === b.apiKey ? 'the other tenant' : 'the owner'}: ${res.status}`)
+            if (key === b.apiKey) isolationChecks++
+          }
+          ac.abort()
+        }
+      }
+    }
+    for (const id of all) await wireRequest(target.url, { method: 'POST', path: `/v1/sessions/${encodeURIComponent(id)}/cancel`, headers: auth })
+    const deadline = Date.now() + 30000
+    let turns = 0
+    let events = 0
+    for (const id of all) {
+      let log: SessionEvent[] = []
+      for (;;) {
+        const r = await wireRequest(target.url, { method: 'GET', path: `/v1/sessions/${encodeURIComponent(id)}/events?limit=5000`, headers: auth })
+        log = r.body?.events ?? []
+        const open = log.filter((e) => e.type === 'turn/start').length - log.filter((e) => e.type === 'turn/end').length
+        const s = await wireRequest(target.url, { method: 'GET', path: `/v1/sessions/${encodeURIComponent(id)}`, headers: auth })
+        if ((open === 0 && s.body?.status === 'idle') || Date.now() > deadline) break
+        await new Promise((r) => setTimeout(r, 50))
+      }
+      events += log.length
+      turns += log.filter((e) => e.type === 'turn/end').length
+      for (const v of logViolations(log)) problems.push(`session ${id}: §15: ${v}`)
+    }
+    const byClass = (lo: number, hi: number) => [...statuses].filter(([s]) => s >= lo && s < hi).reduce((n, [, c]) => n + c, 0)
+    const rows: Array<[string, string | number]> = [
+      ['seed', seed],
+      ['size', ctx.size],
+      ['database', ctx.db],
+      ['operations in openapi.json', ops.length + streams.length],
+      ['requests sent', sent],
+      ['  valid (generated)', validPlans.length],
+      ['  broken (generated)', brokenPlans.length],
+      ['2xx', byClass(200, 300)],
+      ['4xx', byClass(400, 500)],
+      ['5xx', byClass(500, 600)],
+      ['no whole answer', noAnswer],
+      ...[...statuses].sort(([x], [y]) => x - y).map(([s, c]) => [`  status ${s}`, c] as [string, number]),
+      ['isolation checks', isolationChecks],
+      ['healthz checks', healthChecks],
+      ['sessions checked (§15)', all.length],
+      ['turns ended', turns],
+      ['events checked', events],
+      ['http tool calls served', target.tools.calls],
+      ['violations', problems.length],
+      ['seconds', Math.round((Date.now() - started) / 100) / 10],
+    ]
+    return { rows, violations: problems }
+  } finally {
+    agent.destroy()
+    await target.close()
+  }
+}
+
+export const fuzz: FaultPart = { name: 'fuzz', description: 'requests generated from openapi.json, valid then broken', run: runFuzz }

@@ -1,0 +1,44 @@
+// What API.md §10 says an error answer is, written here from the contract (not imported from the
+// server), so the checks would catch the server drifting from it.
+
+/** API.md §10: each code and the one status it comes with. */
+export const ERROR_STATUS: Record<string, number> = {
+  'bad-request': 400,
+  unauthorized: 401,
+  'session-not-found': 404,
+  'not-found': 404,
+  'session-busy': 409,
+  'session-conflict': 409,
+  'idempotency-conflict': 409,
+  'queue-item-not-found': 409,
+  'tool-call-not-pending': 409,
+  'fork-unavailable': 409,
+  'secrets-unavailable': 409,
+  'payload-too-large': 413,
+  'unsupported-media-type': 415,
+  'model-unavailable': 422,
+  'rate-limited': 429,
+  internal: 500,
+  unavailable: 503,
+}
+
+/** Why an answer of status ≥ 400 breaks §10's shape, else undefined. `head` answers carry no body. */
+export function errorShapeViolation(status: number, body: unknown, opts: { head?: boolean; retryAfter?: string | null } = {}): string | undefined {
+  if (status < 400) return undefined
+  if (opts.head) return undefined
+  if (!body || typeof body !== 'object' || Array.isArray(body)) return `status ${status} without a JSON object body`
+  const keys = Object.keys(body)
+  if (keys.length !== 1 || keys[0] !== 'error') return `status ${status}: body keys ${JSON.stringify(keys)}, expected only "error"`
+  const e = (body as { error: unknown }).error as Record<string, unknown>
+  if (!e || typeof e !== 'object') return `status ${status}: error is not an object`
+  for (const k of Object.keys(e)) if (!['code', 'message', 'details'].includes(k)) return `status ${status}: unexpected error field ${k}`
+  if (typeof e.code !== 'string' || !(e.code in ERROR_STATUS)) return `status ${status}: code ${JSON.stringify(e.code)} is not one of API.md §10`
+  if (ERROR_STATUS[e.code] !== status) return `status ${status} with code ${e.code}, which §10 gives ${ERROR_STATUS[e.code]}`
+  if (typeof e.message !== 'string' || !e.message) return `status ${status}: no message`
+  if (e.details !== undefined) {
+    if (!Array.isArray(e.details)) return `status ${status}: details is not a list`
+    for (const d of e.details as Array<Record<string, unknown>>) if (!d || typeof d.path !== 'string' || typeof d.message !== 'string') return `status ${status}: a detail is not {path, message}`
+  }
+  if ((status === 429 || status === 503) && opts.retryAfter !== undefined && !opts.retryAfter) return `status ${status} without Retry-After`
+  return undefined
+}

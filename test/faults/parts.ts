@@ -1,0 +1,9 @@
+// The parts of the fault suite, in the order they run. A new part is a file exporting a FaultPart
+// (see lib/part.ts) and one line here.
+
+import type { FaultPart } from './lib/part.js'
+import { fuzz } from './fuzz.js'
+
+export const PARTS: FaultPart[] = [
+  fuzz,
+]
