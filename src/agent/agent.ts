@@ -12,8 +12,16 @@ import {
   deepFreeze,
   interruptedPrefix,
   jsonEqual,
+  listOf,
   planClaim,
+  planClear,
+  planDelivery,
   planSplice,
+  ROUTE_WAKES,
+  toUserMessage,
+  newMessageId,
+  type DeliveryRoute,
+  type MessageInput,
   StreamAccumulator,
   assertLosslessJson,
   type AgentCancelCause,
@@ -34,15 +42,14 @@ import {
   type UserMessage,
 } from '../session/index.js'
 import { deletePending, getPending, insertPending, type Db, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
-import { LlmError, type LlmRequest, type LlmService, type PreparedCall, type RetryPolicy } from '../llm/index.js'
+import { LlmError, splitModelRef, type LlmRequest, type LlmService, type PreparedCall, type RetryPolicy } from '../llm/index.js'
 import { callHttpTool, parseToolArguments, runToolBatch, type HostPolicy, type PrepareDecision, type ToolCallPlan, type ToolHost, type ToolRegistry } from '../tools/index.js'
 import type { Metrics } from '../metrics.js'
 import { AbortedError, errorChain, TurnLlmError } from './errors.js'
 import { LeaseLostError, SessionLog, type UnitBuilder } from './log.js'
-import { newMessageId, toUserMessage, type MessageInput } from './messages.js'
 import { canonicalTools, promptDraft, reconcile, renderPrompt, snapshotCandidate, systemNodes, type PromptAssembly, type PromptSection, type SystemPromptService } from './prompt.js'
 import type { Publisher } from './publish.js'
-import { ROUTE_TARGET, ROUTE_WAKES, type Accepted, type DeliveryRoute } from './intake.js'
+import type { Accepted } from './intake.js'
 
 export type Phase = 'idle' | 'running' | 'maintenance'
 
@@ -114,11 +121,6 @@ const ABORTED_BEFORE_DISPATCH: ToolOutcome = { content: [{ type: 'text', text: '
 
 function errorResult(code: string, text: string, name = 'ToolError'): ToolOutcome {
   return { content: [{ type: 'text', text: `Error: ${text.replace(/\s*\n\s*/g, ' ')}` }], isError: true, error: { name, code } }
-}
-
-const splitModel = (ref: string) => {
-  const i = ref.indexOf('/')
-  return { provider: ref.slice(0, i), model: ref.slice(i + 1) }
 }
 
 export class Agent {
@@ -319,21 +321,26 @@ export class Agent {
     if (this.d.publisher.isPublishing(this.key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     if (this.disposed) throw new Error(`the Agent of session ${this.id} is disposed`)
     const message = toUserMessage(input, { kind: 'plugin', plugin })
-    const wakes = ROUTE_WAKES[route]
     const r = await this.log.commit<number>((u) => {
-      const latch = wakes && (this.converging() || this.phase === 'maintenance' || u.row.cancelPending)
-      const target: InboxTarget = wakes && (this.converging() || u.row.cancelPending) ? 'next-turn' : ROUTE_TARGET[route]
-      const list = target === 'next-turn' ? this.state.inbox.nextTurn : this.state.inbox.nextStep
-      const data = planSplice(this.state.inbox, target, list.length, 0, [message])!
-      const e = u.add({ type: 'agent/inbox/spliced', data: data as unknown as Json })
-      const patch: RowPatch = {}
-      if (latch) patch.wakeLatched = true
-      else if (wakes && this.phase === 'idle' && u.row.runState === 'idle') patch.runState = 'wanted'
-      return { patch, value: e.seq }
+      // the view is read lazily: only the row flags a route looks at condition the append
+      const self = this
+      const plan = planDelivery(this.state.inbox, route, message, {
+        get idle() {
+          return self.phase === 'idle' && u.row.runState === 'idle'
+        },
+        get maintenance() {
+          return self.phase === 'maintenance'
+        },
+        get cancelling() {
+          return self.converging() || u.row.cancelPending
+        },
+      })
+      const e = u.add({ type: 'agent/inbox/spliced', data: plan.splice as unknown as Json })
+      return { patch: plan.flags, value: e.seq }
     })
     this.notify('agent/inbox/inserted', { message })
     // C2: a waking delivery to an idle Agent resolves once the wake prefix committed (maybe started by the row flag)
-    if (wakes && !this.disposed) await this.wake()
+    if (ROUTE_WAKES[route] && !this.disposed) await this.wake()
     return { messageId: message.id, seq: r.value }
   }
 
@@ -357,11 +364,9 @@ export class Agent {
     // a build may run twice (fast path, then locked path): it must not keep side effects
     await this.log.commit((u) => {
       removed = []
-      for (const target of ['next-step', 'next-turn'] as const) {
-        const list = target === 'next-turn' ? this.state.inbox.nextTurn : this.state.inbox.nextStep
-        if (!list.length) continue
-        removed.push(...list)
-        u.add({ type: 'agent/inbox/spliced', data: { target, start: 0, removedCount: list.length, inserted: [], outcome: 'canceled' } })
+      for (const d of planClear(this.state.inbox)) {
+        removed.push(...listOf(this.state.inbox, d.target))
+        u.add({ type: 'agent/inbox/spliced', data: d as unknown as Json })
       }
       return { patch: { wakeLatched: false } }
     })
@@ -697,7 +702,9 @@ export class Agent {
 
   /** SPEC §7.5: the proposed config of this attempt. */
   private proposeConfig(): LlmCallConfig {
-    const { provider, model } = splitModel(this.spec.model)
+    const ref = splitModelRef(this.spec.model)
+    if (!ref) throw new Error(`the session's model ${this.spec.model} is not provider/model`)
+    const { provider, model } = ref
     const h = this.state.latestHeader?.header
     if (!this.headerLogged || !h) {
       const c: LlmCallConfig = { provider, model }

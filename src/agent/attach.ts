@@ -2,9 +2,8 @@
 // the log, append deterministic closers for a turn the previous holder left open, and mark where new
 // writes begin with session/end-seed.
 
-import { SessionState, type Draft, type Json, type SessionEvent } from '../session/index.js'
+import { newMessageId, SessionState, type Draft, type Json, type SessionEvent } from '../session/index.js'
 import { deletePending, readEvents, stamp, writeEvents, type Db, type Queryable, type SessionRow, type StoredEvent } from '../store/index.js'
-import { newMessageId } from './messages.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 import type { Lease } from './log.js'

@@ -3,11 +3,10 @@
 // transaction, and published after commit (DESIGN.md §3, SPEC §2.4, §3.1.4).
 
 import type { Logger } from 'pino'
-import { deepFreeze, LogError, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
+import { deepFreeze, LogError, sumUsage, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
 import { appendConditional, lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
-import { ledger, usageOf } from './sessions.js'
 
 type RowFlag = 'runState' | 'cancelPending' | 'wakeLatched'
 
@@ -143,17 +142,12 @@ export class SessionLog {
   /** What the row must mirror of the added events: open turn, inbox projection, usage ledger. */
   private mirror(added: SessionEvent[], patch: RowPatch): RowPatch {
     const p: RowPatch = { ...patch }
-    let usage: RowPatch['usage']
     for (const e of added) {
       if (e.type === 'turn/start') p.openTurn = (e.data as { turn: number }).turn
       else if (e.type === 'turn/end') p.openTurn = null
       else if (e.type === 'agent/inbox/spliced') p.inbox = this.state.inbox
-      const u = usageOf(e)
-      if (u) {
-        const l = ledger(u)
-        usage = usage ? { inputTokens: usage.inputTokens + l.inputTokens, outputTokens: usage.outputTokens + l.outputTokens, cacheReadTokens: usage.cacheReadTokens + l.cacheReadTokens, cacheWriteTokens: usage.cacheWriteTokens + l.cacheWriteTokens, costUsd: usage.costUsd + l.costUsd } : l
-      }
     }
+    const usage = sumUsage(added)
     if (usage) p.usage = usage
     return p
   }

@@ -122,3 +122,42 @@ export function findPending(inbox: Inbox, id: string): { target: InboxTarget; in
   }
   return undefined
 }
+
+// ---- delivery (SPEC §4.4) ----
+
+export type DeliveryRoute = 'followup' | 'steer' | 'inject'
+
+export const ROUTE_TARGET: Record<DeliveryRoute, InboxTarget> = { followup: 'next-turn', steer: 'next-step', inject: 'next-step' }
+export const ROUTE_WAKES: Record<DeliveryRoute, boolean> = { followup: true, steer: true, inject: false }
+
+/** What the accepting side knows when it routes a delivery. */
+export interface DeliveryView {
+  /** nothing runs and no wake is wanted yet: a waking delivery records one */
+  idle: boolean
+  /** maintenance runs: a waking delivery latches (SPEC §5.4) */
+  maintenance: boolean
+  /** a cancel is pending or its activity still converging: waking input goes to next-turn and latches */
+  cancelling: boolean
+}
+
+/** A delivery's splice and the row flags it sets: a wake request (`runState: 'wanted'`) or the latch. */
+export interface DeliveryPlan {
+  target: InboxTarget
+  splice: SplicedData
+  flags: { runState?: 'wanted'; wakeLatched?: true }
+}
+
+/**
+ * SPEC §4.4 send(): appends the message to its route's list (next-turn while cancelling, for waking
+ * input) and says whether it records a wake or latches. Throws InboxError for an id already pending.
+ */
+export function planDelivery(inbox: Inbox, route: DeliveryRoute, message: UserMessage, at: DeliveryView): DeliveryPlan {
+  const wakes = ROUTE_WAKES[route]
+  const target: InboxTarget = wakes && at.cancelling ? 'next-turn' : ROUTE_TARGET[route]
+  const splice = planSplice(inbox, target, listOf(inbox, target).length, 0, [message])!
+  const flags: DeliveryPlan['flags'] = {}
+  // a live, non-aborted driver claims the input itself: nothing to record (SPEC §5.4)
+  if (wakes && (at.cancelling || at.maintenance)) flags.wakeLatched = true
+  else if (wakes && at.idle) flags.runState = 'wanted'
+  return { target, splice, flags }
+}

@@ -1,10 +1,10 @@
 // Session rows: what a session is (model, prompt, tools), where its log stands (next_seq, last_time,
 // the inbox projection), its run state and lease, and its usage ledger.
 
-import type { Inbox, Json, JsonObject } from '../session/index.js'
+import type { Inbox, Json, JsonObject, RunState, UsageTotals } from '../session/index.js'
 import type { Queryable } from './db.js'
 
-export type RunState = 'idle' | 'wanted' | 'running' | 'maintenance'
+export type { RunState }
 
 export interface SessionSpec {
   model: string
@@ -32,7 +32,7 @@ export interface SessionRow extends SessionSpec {
   leaseOwner: string | null
   leaseToken: number
   leaseExpiresAt: number | null
-  usage: { inputTokens: number; outputTokens: number; cacheReadTokens: number; cacheWriteTokens: number; costUsd: number }
+  usage: UsageTotals
 }
 
 const COLUMNS = `key, tenant_id, id, title, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at,
@@ -229,7 +229,7 @@ export interface RowPatch {
   runState?: RunState
   cancelPending?: boolean
   wakeLatched?: boolean
-  usage?: { inputTokens: number; outputTokens: number; cacheReadTokens: number; cacheWriteTokens: number; costUsd: number }
+  usage?: UsageTotals
 }
 
 /** Moves the row after an append (or alone, with no events). */
