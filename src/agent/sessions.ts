@@ -3,8 +3,8 @@
 
 import crypto from 'node:crypto'
 import { ApiError, badRequest, type ErrorDetail } from '../errors.js'
-import { assertLosslessJson, canonicalJson, emptyInbox, foldInbox, planClear, publicStatus, sumUsage, usageTotals, type Draft, type JsonObject, type SessionEvent, type SplicedData, type UsageTotals } from '../session/index.js'
-import { getSession, insertSession, lockSession, readEvents, stamp, writeEvents, type Db, type SessionRow, type SessionSpec } from '../store/index.js'
+import { assertLosslessJson, canonicalJson, emptyInbox, foldInbox, planClear, publicStatus, sumUsage, type Draft, type JsonObject, type SessionEvent, type SplicedData, type UsageTotals } from '../session/index.js'
+import { copyLogPrefix, getSession, insertSession, lockSession, readEvents, stamp, writeEvents, type Db, type SessionRow, type SessionSpec } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 
@@ -150,7 +150,7 @@ export class Sessions {
     }
     const prefix = events.filter((e) => e.seq <= boundary)
     const inbox = foldInbox(prefix.filter((e) => e.type === 'agent/inbox/spliced').map((e) => e.data as unknown as SplicedData))
-    const usage = sumUsage(prefix) ?? usageTotals(undefined)
+    const usage = sumUsage(prefix)
     const now = Date.now()
     const child = await this.d.db.transaction(async (tx) => {
       const spec: SessionSpec = { model: source.model, system: source.system, tools: source.tools, metadata: source.metadata }
@@ -159,15 +159,7 @@ export class Sessions {
       const id = newSessionId()
       const row = await insertSession(tx, { ...spec, key: crypto.randomUUID(), tenantId: source.tenantId, id, createHash: crypto.createHash('sha256').update(`fork:${id}`).digest('hex'), createdAt: now })
       if (!row) throw new Error('fork: fresh session id collided')
-      if (prefix.length) {
-        await tx.query('INSERT INTO session_events (session_key, seq, time, type, body) SELECT $1, seq, time, type, body FROM session_events WHERE session_key = $2 AND seq <= $3', [row.key, source.key, boundary])
-        const last = prefix[prefix.length - 1]
-        await tx.query(
-          `UPDATE sessions SET next_seq = $2, last_time = $3, updated_at = $3, inbox = $4,
-             input_tokens = $5, output_tokens = $6, cache_read_tokens = $7, cache_write_tokens = $8, cost_usd = $9 WHERE key = $1`,
-          [row.key, last.seq + 1, last.time, JSON.stringify(inbox), usage.inputTokens, usage.outputTokens, usage.cacheReadTokens, usage.cacheWriteTokens, usage.costUsd],
-        )
-      }
+      if (prefix.length) await copyLogPrefix(tx, source.key, row.key, prefix[prefix.length - 1], { inbox, usage })
       const locked = (await lockSession(tx, row.key))!
       const drafts: Draft[] = planClear(inbox).map((d) => ({ type: 'agent/inbox/spliced', data: d as unknown as Draft['data'] }))
       drafts.push({ type: 'session/end-seed', data: {} })

@@ -7,7 +7,7 @@ import os from 'node:os'
 import type { Logger } from 'pino'
 import { Agent, attach, errorChain, LeaseLostError, type AgentDeps, type AgentSpec, type Lease } from '../agent/index.js'
 import type { Bus } from '../bus/index.js'
-import { getSessionByKey, NOW_MS, takeLease, type Db, type Queryable, type SessionRow } from '../store/index.js'
+import { claimLease, getSessionByKey, releaseIfIdle, releaseLease, renewLeases, takeoverCandidates, type Db, type Queryable, type SessionRow } from '../store/index.js'
 import type { KeyedMutex, Publisher } from '../agent/index.js'
 import type { Metrics } from '../metrics.js'
 
@@ -98,17 +98,10 @@ export class WorkerHost {
     let attached
     try {
       attached = await attach({ db, mutex: this.o.mutex, publisher: this.o.publisher }, key, async (tx: Queryable) => {
-        const lock = opts.skipLocked ? 'FOR UPDATE SKIP LOCKED' : 'FOR UPDATE'
-        const { rows: cand } = await tx.query<{ lease_owner: string | null; expired: boolean }>(
-          `SELECT lease_owner, (lease_expires_at IS NULL OR lease_expires_at < ${NOW_MS}) AS expired FROM sessions WHERE key = $1 ${lock}`,
-          [key],
-        )
-        const c = cand[0]
+        const c = await claimLease(tx, key, this.owner, this.o.leaseTtlMs, opts)
         if (!c) return null
-        if (c.lease_owner !== null && c.lease_owner !== this.owner && !c.expired) return null
-        takeover = c.lease_owner !== null && c.lease_owner !== this.owner
-        const row = await takeLease(tx, key, this.owner, this.o.leaseTtlMs)
-        return { row, lease: { owner: this.owner, token: row.leaseToken } satisfies Lease }
+        takeover = c.takeover
+        return { row: c.row, lease: { owner: this.owner, token: c.row.leaseToken } satisfies Lease }
       })
     } catch (e) {
       log.error({ err: errorChain(e), sessionKey: key }, 'could not attach the session; it is not driven for a minute')
@@ -154,13 +147,7 @@ export class WorkerHost {
     const keys = [...this.held.keys()]
     try {
       // rows locked in key order, one renewal at a time: no lock cycle with other renewals or appends
-      const { rows } = await this.o.db.query<{ key: string; lease_token: number }>(
-        `UPDATE sessions s SET lease_expires_at = ${NOW_MS} + $3
-         FROM (SELECT key FROM sessions WHERE key = ANY($1::uuid[]) AND lease_owner = $2 ORDER BY key FOR UPDATE) k
-         WHERE s.key = k.key RETURNING s.key, s.lease_token`,
-        [keys, this.owner, this.o.leaseTtlMs],
-      )
-      const still = new Map(rows.map((r) => [r.key, Number(r.lease_token)]))
+      const still = await renewLeases(this.o.db, keys, this.owner, this.o.leaseTtlMs)
       for (const key of keys) {
         const h = this.held.get(key)
         if (!h) continue
@@ -183,10 +170,7 @@ export class WorkerHost {
   private async scan(): Promise<void> {
     if (this.stopping) return
     try {
-      const { rows } = await this.o.db.query<{ key: string }>(
-        `SELECT key FROM sessions WHERE (run_state <> 'idle' OR open_turn IS NOT NULL) AND (lease_owner IS NULL OR lease_expires_at < ${NOW_MS}) ORDER BY lease_expires_at NULLS FIRST LIMIT 50`,
-      )
-      for (const r of rows) if (!this.held.has(r.key)) void this.claim(r.key, { skipLocked: true })
+      for (const key of await takeoverCandidates(this.o.db)) if (!this.held.has(key)) void this.claim(key, { skipLocked: true })
     } catch (e) {
       this.o.log.debug?.({ err: errorChain(e) }, 'takeover scan failed')
     }
@@ -214,14 +198,7 @@ export class WorkerHost {
     try {
       if (o.onlyIfIdle) {
         // atomically: only an idle row with our lease is released; a delivery meanwhile keeps it
-        const released = await this.o.mutex.run(key, () =>
-          this.o.db.transaction(async (tx) => {
-            const { rows } = await tx.query<{ run_state: string }>('SELECT run_state FROM sessions WHERE key = $1 AND lease_owner = $2 AND lease_token = $3 FOR UPDATE', [key, this.owner, h.agent.log.lease.token])
-            if (!rows[0] || rows[0].run_state !== 'idle' || h.agent.busy) return false
-            await tx.query('UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE key = $1', [key])
-            return true
-          }),
-        )
+        const released = await this.o.mutex.run(key, () => releaseIfIdle(this.o.db, key, this.owner, h.agent.log.lease.token, () => !h.agent.busy))
         if (!released) {
           h.releasing = false
           h.idleSince = undefined
@@ -242,7 +219,7 @@ export class WorkerHost {
   }
 
   private async releaseRow(key: string, token?: number): Promise<void> {
-    await this.o.db.query(`UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE key = $1 AND lease_owner = $2 ${token !== undefined ? 'AND lease_token = $3' : ''}`, token !== undefined ? [key, this.owner, token] : [key, this.owner])
+    await releaseLease(this.o.db, key, this.owner, token)
   }
 
   /** A session was deleted: stop its Agent without writing. */
