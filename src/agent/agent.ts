@@ -41,7 +41,7 @@ import {
   type TurnEndReason,
   type UserMessage,
 } from '../session/index.js'
-import { deletePending, getPending, insertPending, type Db, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
+import { getPending, type Db, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
 import { LlmError, splitModelRef, type LlmRequest, type LlmService, type PreparedCall, type RetryPolicy } from '../llm/index.js'
 import { callHttpTool, parseToolArguments, runToolBatch, type HostPolicy, type PrepareDecision, type ToolCallPlan, type ToolHost, type ToolRegistry } from '../tools/index.js'
 import type { Metrics } from '../metrics.js'
@@ -929,8 +929,10 @@ export class Agent {
         const client = (this.toolSpec(p.name)?.execution as { type?: string } | undefined)?.type === 'client'
         const r = await this.log.commit<number>((u) => {
           const e = u.add({ type: 'tool/call', data: { turn, step, callId: p.callId, name: p.name, arguments: p.rawArguments } })
+          // SPEC §18.10: a client call waits on a pending row written with its tool/call
+          if (client) u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'client', name: p.name, arguments: p.rawArguments } })
           return { value: e.seq }
-        }, client ? { inTx: (tx) => insertPending(tx, this.key, { callId: p.callId, kind: 'client', name: p.name, arguments: p.rawArguments }) } : {})
+        })
         if (client) this.pendingRows.add(p.callId)
         return r.value
       },
@@ -962,7 +964,7 @@ export class Agent {
     if (d?.kind === 'allow') return { kind: 'allow' }
     if (d?.kind === 'deny') return { kind: 'deny', reason: typeof d.reason === 'string' && d.reason ? d.reason : 'denied by policy' }
     if (d?.kind !== 'ask') return { kind: 'deny', reason: 'the tool policy gave no decision' }
-    await this.log.commit(() => {}, { inTx: (tx) => insertPending(tx, this.key, { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments }) })
+    await this.log.commit((u) => u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments } }))
     this.pendingRows.add(p.callId)
     const answer = (await this.waitAnswer(p.callId, 'approval')) as { decision?: string; reason?: string } | undefined
     if (!answer) return { kind: 'deny', reason: 'the turn was cancelled before an approver answered' }
@@ -1062,17 +1064,15 @@ export class Agent {
         this.logger.warn({ turn, step, callId: p.callId, err: (e as Error).message }, 'an additional context was not a valid message; dropped')
       }
     }
-    await this.log.commit(
-      (u) => {
-        u.add(this.resultDraft(turn, step, p.callId, callSeq, o))
-        if (contexts.length) {
-          const data = planSplice(this.state.inbox, 'next-step', this.state.inbox.nextStep.length, 0, contexts)
-          if (data) u.add({ type: 'agent/inbox/spliced', data: data as unknown as Json })
-        }
-      },
-      // settlement deletes the call's pending row (SPEC §18.10), in the result's transaction
-      this.pendingRows.has(p.callId) ? { inTx: (tx) => deletePending(tx, this.key, [p.callId]) } : {},
-    )
+    await this.log.commit((u) => {
+      u.add(this.resultDraft(turn, step, p.callId, callSeq, o))
+      if (contexts.length) {
+        const data = planSplice(this.state.inbox, 'next-step', this.state.inbox.nextStep.length, 0, contexts)
+        if (data) u.add({ type: 'agent/inbox/spliced', data: data as unknown as Json })
+      }
+      // settlement deletes the call's pending row (SPEC §18.10) with its result
+      if (this.pendingRows.has(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
+    })
     this.pendingRows.delete(p.callId)
     for (const message of contexts) this.notify('agent/inbox/inserted', { message })
     this.d.metrics?.toolCalls.inc({ code: o.error?.code ?? (o.isError ? 'error' : 'ok') })

@@ -3,7 +3,7 @@
 // writes begin with session/end-seed.
 
 import { newMessageId, SessionState, type Draft, type Json, type SessionEvent } from '../session/index.js'
-import { deletePending, readEvents, stamp, writeEvents, type Db, type Queryable, type SessionRow, type StoredEvent } from '../store/index.js'
+import { readEvents, stamp, writeEvents, type Db, type Queryable, type SessionRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 import type { Lease } from './log.js'
@@ -66,14 +66,14 @@ export async function attach(
         state.apply(e)
         added.push(e)
       }
-      if (closers.length) await deletePending(tx, key)
       if (!state.fresh && state.nonSpliceSinceSeed) {
         const [e] = stamp(state, [{ type: 'session/end-seed', data: {} }])
         state.apply(e)
         added.push(e)
       }
       const pos = { key, nextSeq: c.row.nextSeq, lastTime: c.row.lastTime }
-      const events = await writeEvents(tx, pos, added, closers.length ? { openTurn: null } : {})
+      // SPEC §18.10: crash repair deletes the pending calls with the closers
+      const events = await writeEvents(tx, pos, added, closers.length ? { openTurn: null } : {}, closers.length ? [{ kind: 'pending-delete' }] : [])
       c.row.nextSeq = state.nextSeq
       c.row.lastTime = state.lastTime
       c.row.openTurn = state.openTurn

@@ -4,8 +4,8 @@
 
 import crypto from 'node:crypto'
 import { ApiError, sessionNotFound } from '../errors.js'
-import { applySplice, canonicalJson, findPending, InboxError, planClear, planDelivery, planSplice, type DeliveryRoute, type Draft, type Inbox, type UserMessage } from '../session/index.js'
-import { answerPending, appendConditional, findIdempotency, readForIntake, recordIdempotency, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
+import { applySplice, canonicalJson, findPending, InboxError, planClear, planDelivery, planSplice, type DeliveryRoute, type Draft, type Inbox, type SessionEvent, type UserMessage } from '../session/index.js'
+import { answerPending, appendConditional, findIdempotency, readForIntake, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SessionRow, type SideRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 
@@ -29,6 +29,11 @@ interface Locked<T> {
   events?: StoredEvent[]
   /** after commit and publication (live notifications, wakes) */
   after?: () => void
+}
+
+/** API.md §5: a named message's idempotency record rides with its splice (the delivery's first event). */
+function idempotencyRow(message: UserMessage, route: DeliveryRoute, idempotency: { bodyHash: string } | undefined, events: readonly SessionEvent[]): SideRow[] {
+  return idempotency ? [{ kind: 'idempotency', messageId: message.id, route, bodyHash: idempotency.bodyHash, seq: events[0].seq }] : []
 }
 
 export class Intake {
@@ -76,7 +81,7 @@ export class Intake {
         const events = stamp(snap, plan.drafts)
         let r
         try {
-          r = await appendConditional(this.d.db, key, { nextSeq: snap.nextSeq, flags: { runState: snap.runState, cancelPending: snap.cancelPending } }, events, plan.patch, idempotency ? { messageId: message.id, route, bodyHash: idempotency.bodyHash } : undefined)
+          r = await appendConditional(this.d.db, key, { nextSeq: snap.nextSeq, flags: { runState: snap.runState, cancelPending: snap.cancelPending } }, events, plan.patch, idempotencyRow(message, route, idempotency, events))
         } catch (e) {
           // a concurrent delivery with the same id won the idempotency record: read again
           if ((e as { code?: string }).code === '23505' && idempotency) continue
@@ -128,8 +133,8 @@ export class Intake {
         if (rec) return { result: this.replay(rec, route, idempotency) }
       }
       const plan = this.deliveryOf(locked, route, message)
-      const events = await writeEvents(tx, locked, stamp(locked, plan.drafts), plan.patch)
-      if (idempotency) await recordIdempotency(tx, key, { messageId: message.id, route, bodyHash: idempotency.bodyHash, seq: events[0].seq })
+      const stamped = stamp(locked, plan.drafts)
+      const events = await writeEvents(tx, locked, stamped, plan.patch, idempotencyRow(message, route, idempotency, stamped))
       return { result: { messageId: message.id, seq: events[0].seq, replayed: false }, events, after: () => plan.after(key, id) }
     })
   }
