@@ -10,6 +10,7 @@ import {
   assembleBlocks,
   canonicalJson,
   deepFreeze,
+  errorChain,
   interruptedPrefix,
   jsonEqual,
   listOf,
@@ -43,9 +44,9 @@ import {
 } from '../session/index.js'
 import { getPending, type Db, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
 import { LlmError, splitModelRef, type LlmRequest, type LlmService, type PreparedCall, type RetryPolicy } from '../llm/index.js'
-import { callHttpTool, parseToolArguments, runToolBatch, type HostPolicy, type PrepareDecision, type ToolCallPlan, type ToolHost, type ToolRegistry } from '../tools/index.js'
+import { runToolCalls, toolResultDraft, type HostPolicy, type ToolEffects, type ToolEnv, type ToolRegistry, type ToolSpec } from '../tools/index.js'
 import type { Metrics } from '../metrics.js'
-import { AbortedError, errorChain, TurnLlmError } from './errors.js'
+import { AbortedError, TurnLlmError } from './errors.js'
 import { LeaseLostError, SessionLog, type UnitBuilder } from './log.js'
 import { canonicalTools, promptDraft, reconcile, renderPrompt, snapshotCandidate, systemNodes, type PromptAssembly, type PromptSection, type SystemPromptService } from './prompt.js'
 import type { Publisher } from './publish.js'
@@ -95,18 +96,6 @@ interface Proposal {
 type StepResult = 'completed' | 'max-tokens' | 'continue'
 type AfterTurn = 'idle' | 'continue' | 'latched'
 
-/** The outcome of one tool call, before post-processing. */
-interface ToolOutcome {
-  content: ContentBlock[]
-  isError: boolean
-  error?: { name: string; code: string }
-  concludesTurn?: boolean
-  additionalContexts?: MessageInput[]
-  meta?: unknown
-  /** the plugin whose tool produced it (default source of its contexts) */
-  plugin?: string
-}
-
 const AGENT = Symbol.for('agentd.agent')
 
 /** The Agent behind a handle (built-in plugins reach the log through it). */
@@ -116,12 +105,6 @@ export function agentOf(handle: unknown): Agent | undefined {
 
 /** Process-local marker of loop requests (SPEC §7.6). */
 export const LOOP_REQUEST = Symbol.for('agentd.loopRequest')
-
-const ABORTED_BEFORE_DISPATCH: ToolOutcome = { content: [{ type: 'text', text: 'Error: tool call aborted before dispatch' }], isError: true, error: { name: 'AbortError', code: 'TOOL_ABORTED_BEFORE_DISPATCH' } }
-
-function errorResult(code: string, text: string, name = 'ToolError'): ToolOutcome {
-  return { content: [{ type: 'text', text: `Error: ${text.replace(/\s*\n\s*/g, ' ')}` }], isError: true, error: { name, code } }
-}
 
 export class Agent {
   readonly id: string
@@ -903,30 +886,24 @@ export class Agent {
   // ------------------------------------------------------------------------------------------
   // Tools (SPEC §11): the effects the scheduler asks for
 
-  private toolSpec(name: string): Record<string, unknown> | undefined {
-    return this.spec.tools.find((t) => t.name === name)
-  }
-
   private async runTools(turn: number, step: number, calls: ToolCallBlock[]): Promise<{ concludes: boolean }> {
     const signal = this.controller!.signal
-    const plans: ToolCallPlan[] = calls.map((c, index) => ({ callId: c.id, name: c.name, rawArguments: c.arguments, arguments: parseToolArguments(c.arguments), index }))
-    const callView = (p: ToolCallPlan) => ({ callId: p.callId, name: p.name, arguments: p.arguments })
-    const host: ToolHost<ToolOutcome> = {
+    const at = { turn, step }
+    const env: ToolEnv = {
+      sessionId: this.id,
       signal,
+      specs: this.spec.tools as unknown as ToolSpec[],
+      registry: this.registry,
+      hooks: this.hooks,
+      handle: (plugin) => this.handle(plugin),
+      bind: this.bind,
+      policy: this.d.toolPolicy,
       maxParallel: () => this.d.maxParallelToolCalls(),
-      isParallel: (p) => {
-        const spec = this.toolSpec(p.name)
-        if (!spec) return false
-        if ((spec.execution as { type: string }).type !== 'builtin') return spec.concurrency === 'parallel'
-        const reg = this.registry.get(p.name)
-        try {
-          return reg?.isConcurrencySafe?.(p.arguments) === true
-        } catch {
-          return false
-        }
-      },
-      appendCall: async (p) => {
-        const client = (this.toolSpec(p.name)?.execution as { type?: string } | undefined)?.type === 'client'
+      notify: (name, payload) => this.notify(name, payload),
+      log: this.logger.child({ turn, step }),
+    }
+    const fx: ToolEffects = {
+      appendCall: async (p, { client }) => {
         const r = await this.log.commit<number>((u) => {
           const e = u.add({ type: 'tool/call', data: { turn, step, callId: p.callId, name: p.name, arguments: p.rawArguments } })
           // SPEC §18.10: a client call waits on a pending row written with its tool/call
@@ -936,147 +913,34 @@ export class Agent {
         if (client) this.pendingRows.add(p.callId)
         return r.value
       },
-      prepare: async (p) => this.prepareTool(p, callView(p)),
-      execute: async (p) => this.executeTool(p, callView(p)),
-      notRun: (_p, decision) => (decision.kind === 'deny' ? errorResult('TOOL_DENIED', `tool call denied: ${decision.reason}`) : ABORTED_BEFORE_DISPATCH),
-      commit: async (p, callSeq, outcome) => this.commitResult(turn, step, p, callView(p), callSeq, outcome),
-      abortUnstarted: async (p) => {
+      openApproval: async (p) => {
+        await this.log.commit((u) => u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments } }))
+        this.pendingRows.add(p.callId)
+      },
+      waitAnswer: (callId, kind) => this.waitAnswer(callId, kind),
+      commitResult: async (p, callSeq, { outcome, contexts }) => {
+        await this.log.commit((u) => {
+          u.add(toolResultDraft(at, p.callId, callSeq, outcome))
+          if (contexts.length) {
+            const data = planSplice(this.state.inbox, 'next-step', this.state.inbox.nextStep.length, 0, contexts)
+            if (data) u.add({ type: 'agent/inbox/spliced', data: data as unknown as Json })
+          }
+          // settlement deletes the call's pending row (SPEC §18.10) with its result
+          if (this.pendingRows.has(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
+        })
+        this.pendingRows.delete(p.callId)
+        for (const message of contexts) this.notify('agent/inbox/inserted', { message })
+        this.d.metrics?.toolCalls.inc({ code: outcome.error?.code ?? (outcome.isError ? 'error' : 'ok') })
+      },
+      abortUnstarted: async (p, outcome) => {
         await this.log.commit((u) => {
           const c = u.add({ type: 'tool/call', data: { turn, step, callId: p.callId, name: p.name, arguments: p.rawArguments } })
-          u.add(this.resultDraft(turn, step, p.callId, c.seq, ABORTED_BEFORE_DISPATCH))
+          u.add(toolResultDraft(at, p.callId, c.seq, outcome))
         })
         this.d.metrics?.toolCalls.inc({ code: 'TOOL_ABORTED_BEFORE_DISPATCH' })
       },
     }
-    return runToolBatch(plans, host)
-  }
-
-  /** tools/pre-execute (allow / deny / ask); `ask` waits for the approval route (SPEC §11.5). */
-  private async prepareTool(p: ToolCallPlan, call: { callId: string; name: string; arguments: unknown }): Promise<PrepareDecision> {
-    const signal = this.controller!.signal
-    const spec = this.toolSpec(p.name)
-    let d: { kind?: string; reason?: string } | undefined
-    try {
-      d = await this.hooks.runWaterfall('tools/pre-execute', { call, agent: this.handle(), signal }, () => (spec?.approval === 'always' ? { kind: 'ask' } : { kind: 'allow' }), { bind: this.bind })
-    } catch (e) {
-      return { kind: 'deny', reason: `the tool policy failed: ${errorChain(e)}` }
-    }
-    if (d?.kind === 'allow') return { kind: 'allow' }
-    if (d?.kind === 'deny') return { kind: 'deny', reason: typeof d.reason === 'string' && d.reason ? d.reason : 'denied by policy' }
-    if (d?.kind !== 'ask') return { kind: 'deny', reason: 'the tool policy gave no decision' }
-    await this.log.commit((u) => u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments } }))
-    this.pendingRows.add(p.callId)
-    const answer = (await this.waitAnswer(p.callId, 'approval')) as { decision?: string; reason?: string } | undefined
-    if (!answer) return { kind: 'deny', reason: 'the turn was cancelled before an approver answered' }
-    if (answer.decision === 'allow') return { kind: 'allow' }
-    return { kind: 'deny', reason: answer.reason || 'the approver denied it' }
-  }
-
-  /** tools/execute around the body; failures become results (SPEC §11.7). */
-  private async executeTool(p: ToolCallPlan, call: { callId: string; name: string; arguments: unknown }): Promise<ToolOutcome> {
-    const signal = this.controller!.signal
-    try {
-      const out = await this.hooks.runWaterfall<unknown>('tools/execute', { call, agent: this.handle(), signal }, () => this.runBody(p), { bind: this.bind })
-      return this.toOutcome(out)
-    } catch (e) {
-      if (signal.aborted && (e as Error)?.name === 'AbortError') return errorResult('TOOL_ABORTED', 'tool call aborted', 'AbortError')
-      return errorResult('TOOL_ERROR', errorChain(e))
-    }
-  }
-
-  private async runBody(p: ToolCallPlan): Promise<ToolOutcome> {
-    const signal = this.controller!.signal
-    const spec = this.toolSpec(p.name)
-    const kind = (spec?.execution as { type?: string } | undefined)?.type
-    if (!spec) return errorResult('UNKNOWN_TOOL', `unknown tool ${p.name}`)
-    if (kind === 'http') {
-      const ex = spec.execution as { url: string; timeoutMs?: number }
-      return callHttpTool({ url: ex.url, timeoutMs: ex.timeoutMs, body: { sessionId: this.id, callId: p.callId, name: p.name, arguments: p.arguments, rawArguments: p.rawArguments }, signal, policy: this.d.toolPolicy })
-    }
-    if (kind === 'client') {
-      const answer = (await this.waitAnswer(p.callId, 'client')) as { content?: ContentBlock[]; isError?: boolean } | undefined
-      if (!answer) return errorResult('TOOL_ABORTED', 'tool call aborted', 'AbortError')
-      return { content: answer.content ?? [], isError: answer.isError === true }
-    }
-    const reg = this.registry.get(p.name)
-    if (!reg) return errorResult('UNKNOWN_TOOL', `unknown tool ${p.name}`)
-    const value = await reg.execute(p.arguments, { signal, callId: p.callId, sessionId: this.id, agent: this.handle(reg.plugin) })
-    return { ...this.toOutcome(value), plugin: reg.plugin }
-  }
-
-  /** A body's value as an outcome; a value of the wrong shape is TOOL_BAD_RESULT. */
-  private toOutcome(v: unknown): ToolOutcome {
-    const o = v as ToolOutcome & { content: unknown }
-    if (!o || typeof o !== 'object') return errorResult('TOOL_BAD_RESULT', 'tool answered an invalid result')
-    if (Array.isArray(o.content) && o.error !== undefined) return o as ToolOutcome // already an outcome (http)
-    let content: ContentBlock[]
-    if (typeof o.content === 'string') content = [{ type: 'text', text: o.content }]
-    else if (Array.isArray(o.content) && o.content.every((b) => b && typeof b === 'object' && (b.type === 'text' ? typeof b.text === 'string' : b.type === 'image'))) content = o.content as ContentBlock[]
-    else return errorResult('TOOL_BAD_RESULT', 'tool answered an invalid result')
-    try {
-      assertLosslessJson(content)
-      if (o.meta !== undefined) assertLosslessJson(o.meta)
-    } catch {
-      return errorResult('TOOL_BAD_RESULT', 'tool answered an invalid result')
-    }
-    const out: ToolOutcome = { content, isError: o.isError === true }
-    if (o.concludesTurn === true) out.concludesTurn = true
-    if (Array.isArray(o.additionalContexts)) out.additionalContexts = o.additionalContexts
-    if (o.meta !== undefined) out.meta = o.meta
-    if (o.plugin) out.plugin = o.plugin
-    return out
-  }
-
-  private resultDraft(turn: number, step: number, callId: string, callSeq: number | undefined, o: ToolOutcome): Draft {
-    const message = { id: newMessageId(), role: 'user', content: [{ type: 'tool-result', toolCallId: callId, isError: o.isError, content: o.content }], source: { kind: 'tool', callId } }
-    const data: Record<string, unknown> = { turn, step, message }
-    if (o.error) data.error = o.error
-    if (o.meta !== undefined) data.meta = o.meta
-    return { type: 'tool/result', data: data as Json, surfaceOp: 'append', ...(callSeq !== undefined ? { sourceEventSeqs: [callSeq] } : {}) }
-  }
-
-  /** Post-process, append tool/result, queue additionalContexts (SPEC §11.6). */
-  private async commitResult(turn: number, step: number, p: ToolCallPlan, call: { callId: string; name: string; arguments: unknown }, callSeq: number, outcome: ToolOutcome): Promise<{ concludes: boolean }> {
-    const signal = this.controller!.signal
-    let o = outcome
-    try {
-      const post = await this.hooks.runWaterfall<unknown>('tools/post-execute', { call, result: o, agent: this.handle(), signal }, (x: { result: ToolOutcome }) => x.result, { bind: this.bind })
-      const b = post as { kind?: string; reason?: string }
-      if (b?.kind === 'block') o = errorResult('TOOL_ERROR', `tool result blocked: ${b.reason ?? 'by policy'}`)
-      else if (post !== o) o = { ...o, ...this.toOutcome(post), plugin: o.plugin }
-    } catch (e) {
-      o = errorResult('TOOL_ERROR', `tool post-processing failed: ${errorChain(e)}`)
-    }
-    const reg = this.registry.get(p.name)
-    if (reg?.finalizeContent && !o.isError) {
-      try {
-        o = { ...o, content: reg.finalizeContent(o.content) }
-      } catch (e) {
-        o = errorResult('TOOL_ERROR', `finalizeContent failed: ${errorChain(e)}`)
-      }
-    }
-    this.d.publisher.live(this.ref, 'tools/result', { call, result: o }, this.handleFor)
-    const contexts: UserMessage[] = []
-    for (const c of o.additionalContexts ?? []) {
-      try {
-        contexts.push(toUserMessage(c, { kind: 'plugin', plugin: o.plugin ?? 'agentd' }))
-      } catch (e) {
-        this.logger.warn({ turn, step, callId: p.callId, err: (e as Error).message }, 'an additional context was not a valid message; dropped')
-      }
-    }
-    await this.log.commit((u) => {
-      u.add(this.resultDraft(turn, step, p.callId, callSeq, o))
-      if (contexts.length) {
-        const data = planSplice(this.state.inbox, 'next-step', this.state.inbox.nextStep.length, 0, contexts)
-        if (data) u.add({ type: 'agent/inbox/spliced', data: data as unknown as Json })
-      }
-      // settlement deletes the call's pending row (SPEC §18.10) with its result
-      if (this.pendingRows.has(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
-    })
-    this.pendingRows.delete(p.callId)
-    for (const message of contexts) this.notify('agent/inbox/inserted', { message })
-    this.d.metrics?.toolCalls.inc({ code: o.error?.code ?? (o.isError ? 'error' : 'ok') })
-    return { concludes: o.concludesTurn === true }
+    return runToolCalls(calls, env, fx)
   }
 
   /** Waits for a pending row's answer, or undefined once the turn is cancelled. */
