@@ -1,6 +1,8 @@
 // The agent's door: the Agent and its handle, attaching (crash repair), intake of deliveries and
 // cancels from any process, sessions, publication, and the prompt services plugins use.
-export { Agent, agentOf, LOOP_REQUEST, type AgentDeps, type AgentHandle, type AgentSpec, type Phase } from './agent.js'
+export { Agent, agentOf, type AgentDeps, type AgentHandle, type Phase } from './agent.js'
+export { LOOP_REQUEST } from './attempt.js'
+export type { AgentSpec } from './context.js'
 export { attach, planRepair, OUTCOME_UNKNOWN_TEXT, NOT_STARTED_TEXT, type Attached } from './attach.js'
 export { Intake, bodyHash, type Accepted } from './intake.js'
 export { Sessions, sessionObject, newSessionId, type SessionObject, type ToolValidation, type ModelValidation } from './sessions.js'

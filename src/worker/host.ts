@@ -10,6 +10,7 @@ import type { Bus } from '../bus/index.js'
 import { claimLease, getSessionByKey, releaseIfIdle, releaseLease, renewLeases, takeoverCandidates, type Db, type Queryable, type SessionRow } from '../store/index.js'
 import type { KeyedMutex, Publisher } from '../agent/index.js'
 import type { Metrics } from '../metrics.js'
+import type { ToolSpec } from '../tools/index.js'
 
 
 export interface HostOptions {
@@ -117,7 +118,7 @@ export class WorkerHost {
     this.o.metrics?.leaseClaims.inc()
     if (takeover || attached.repaired) this.o.metrics?.takeovers.inc()
     const r = attached.row
-    const spec: AgentSpec = { model: r.model, system: r.system, tools: r.tools as Array<Record<string, unknown>>, ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}), ...(r.reasoningEffort !== undefined ? { reasoningEffort: r.reasoningEffort } : {}) }
+    const spec: AgentSpec = { model: r.model, system: r.system, tools: r.tools as unknown as ToolSpec[], ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}), ...(r.reasoningEffort !== undefined ? { reasoningEffort: r.reasoningEffort } : {}) }
     const agent = new Agent(this.o.agentDeps as AgentDeps, r, attached.state, spec, attached.lease)
     const held: Held = { agent, idleSince: Date.now() }
     this.held.set(key, held)
@@ -151,9 +152,9 @@ export class WorkerHost {
       for (const key of keys) {
         const h = this.held.get(key)
         if (!h) continue
-        if (still.get(key) !== h.agent.log.lease.token) {
+        if (still.get(key) !== h.agent.lease.token) {
           const deleted = !(await getSessionByKey(this.o.db, key))
-          h.agent.log.row = undefined
+          h.agent.forgetRow()
           void h.agent.dispose()
           this.held.delete(key)
           this.o.log.warn({ sessionId: h.agent.id, deleted }, deleted ? 'session deleted; its Agent stopped' : 'lease lost at renewal; the Agent stopped')
@@ -198,7 +199,7 @@ export class WorkerHost {
     try {
       if (o.onlyIfIdle) {
         // atomically: only an idle row with our lease is released; a delivery meanwhile keeps it
-        const released = await this.o.mutex.run(key, () => releaseIfIdle(this.o.db, key, this.owner, h.agent.log.lease.token, () => !h.agent.busy))
+        const released = await this.o.mutex.run(key, () => releaseIfIdle(this.o.db, key, this.owner, h.agent.lease.token, () => !h.agent.busy))
         if (!released) {
           h.releasing = false
           h.idleSince = undefined
@@ -211,7 +212,7 @@ export class WorkerHost {
       }
       await h.agent.dispose()
       this.held.delete(key)
-      if (o.release) await this.releaseRow(key, h.agent.log.lease.token)
+      if (o.release) await this.releaseRow(key, h.agent.lease.token)
     } catch (e) {
       this.o.log.warn({ err: errorChain(e), sessionId: h.agent.id }, 'release failed')
       this.held.delete(key)
