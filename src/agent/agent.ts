@@ -1,52 +1,48 @@
-// The Agent of one session in the process that holds its lease (SPEC §2.1, §5): the handle plugins
-// see (followup, steer, inject, cancel, whenIdle), its phases and public status, deliveries and
-// cancels from inside the lease holder, waking the driver (the turn loop is turn.ts), the bus and
-// row flags it reacts to, maintenance and disposal. It is the loop instance the driver's parts see
-// (context.ts Loop).
+// The Agent of one session in the process that holds its lease (SPEC §2.1, §5): deliveries and
+// cancels from its handles (handle.ts), waking the driver (the turn loop is turn.ts), the row flags
+// it reacts to (watch.ts brings them), maintenance and disposal; its phases are phases.ts. It is the
+// loop instance the driver's parts see (context.ts Loop); what it needs of the process hosting it
+// comes in as an AgentHost.
 
 import type { Logger } from 'pino'
 import type { Context } from 'cordis'
+import type { LiveAttempts } from '../bus/index.js'
 import type { Hooks } from '../hooks/index.js'
-import { errorChain, listOf, planClear, planDelivery, ROUTE_WAKES, toUserMessage, type AgentCancelCause, type DeliveryRoute, type Json, type MessageInput, type SessionState, type UserMessage } from '../session/index.js'
-import type { Db, SessionRow, StoredEvent } from '../store/index.js'
+import { errorChain, hasPending, listOf, planClear, planDelivery, ROUTE_WAKES, toUserMessage, type AgentCancelCause, type DeliveryRoute, type Json, type MessageInput, type SessionState, type UserMessage } from '../session/index.js'
+import type { LeanRow, SessionRow, StoredEvent } from '../store/index.js'
 import type { LlmService } from '../llm/index.js'
 import type { HostPolicy, ToolRegistry } from '../tools/index.js'
 import type { Metrics } from '../metrics.js'
-import { Abort, type AgentSpec, type Loop, type LoopServices } from './context.js'
+import type { AgentSpec, Loop, LoopServices } from './context.js'
+import { AGENT, Handles, type AgentHandle } from './handle.js'
 import type { Accepted } from './intake.js'
-import { LeaseLostError, SessionLog, type Lease, type UnitBuilder } from './log.js'
+import { LeaseLostError, SessionLog, type Lease, type SessionLogDeps, type UnitBuilder } from './log.js'
 import { PendingCalls } from './pending.js'
+import { Phases, type Phase } from './phases.js'
 import type { SystemPromptService } from './prompt.js'
-import type { Publisher } from './publish.js'
-import { drive, openTurn, type DriverControl, type OpenedTurn } from './turn.js'
+import { wakeDriver } from './turn.js'
+import { SessionWatch } from './watch.js'
 
-export type Phase = 'idle' | 'running' | 'maintenance'
-
-/** What a plugin sees as `payload.agent` (API.md §11). */
-export interface AgentHandle {
-  readonly id: string
-  readonly status: 'idle' | 'running'
-  followup(m: MessageInput): Promise<Accepted>
-  steer(m: MessageInput): Promise<Accepted>
-  inject(m: MessageInput): Promise<Accepted>
-  cancel(opts?: { keepInbox?: boolean; reason?: string }): Promise<{ cancelled: boolean }>
-  whenIdle(): Promise<void>
-}
-
+/** What every Agent of this process shares. */
 export interface AgentDeps {
-  db: Db
-  publisher: Publisher
+  /** the database, the session mutex and publication, shared by every SessionLog */
+  sessionLog: SessionLogDeps
   log: Logger
   root: Context
   llm: LlmService
   toolPolicy: HostPolicy
   metrics?: Metrics
   maxParallelToolCalls: () => number
-  /** the pool of SessionLog dependencies (mutex etc.) */
-  makeLog: (key: string, id: string, state: SessionState) => SessionLog
+  attempts: LiveAttempts
 }
 
-const AGENT = Symbol.for('agentd.agent')
+/** The driver's view of the process hosting it (worker/), passed down at construction. */
+export interface AgentHost {
+  /** the lease is gone or the session deleted: the Agent stopped and writes nothing more */
+  leaseLost(agent: Agent, e: LeaseLostError): void
+  /** this process can no longer append to the session (SPEC §5.7): release it for the next holder */
+  cannotAppend(agent: Agent, e: unknown): void
+}
 
 /** The Agent behind a handle (built-in plugins reach the log through it). */
 export function agentOf(handle: unknown): Agent | undefined {
@@ -56,54 +52,77 @@ export function agentOf(handle: unknown): Agent | undefined {
 export class Agent implements Loop {
   readonly id: string
   readonly key: string
-  phase: Phase = 'idle'
-  /** the running activity's abort (a driver run or maintenance) */
-  private current: Abort | undefined
-  private activity: Promise<void> | undefined
-  private waking: Promise<void> | undefined
-  private idleWaiters: Array<() => void> = []
-  private ended = false
-  private stopped = false
   readonly series: Loop['series']
-  private revision = 0
-  inflight: Loop['inflight']
   readonly pending: PendingCalls
-  private syncing: Promise<void> | undefined
-  private syncAgain = false
-  private unsubscribe: () => void = () => {}
   readonly hooks: Hooks
   readonly services: LoopServices
-  private readonly handles = new Map<string, AgentHandle>()
-  private readonly sessionLog: SessionLog
-  readonly log: Loop['log']
   readonly logger: Logger
+  private readonly sessionLog: SessionLog
+  private readonly run = new Phases((status) => this.notify('agent/status', { status }))
+  private readonly handles = new Handles(this)
+  private readonly watch: SessionWatch
+  private waking: Promise<void> | undefined
+  private ended = false
+  private revision = 0
 
   constructor(
     private readonly d: AgentDeps,
-    row: SessionRow,
-    state: SessionState,
+    attached: { row: SessionRow; state: SessionState; lease: Lease },
     readonly spec: AgentSpec,
-    lease: Lease,
+    private readonly host: AgentHost,
   ) {
+    const { row, state, lease } = attached
     this.id = row.id
     this.key = row.key
-    this.sessionLog = d.makeLog(row.key, row.id, state)
-    this.sessionLog.lease = lease
-    this.log = this.sessionLog
+    this.sessionLog = new SessionLog(d.sessionLog, row.key, row.id, state, lease)
     this.logger = d.log.child({ tenantId: row.tenantId, sessionId: row.id, leaseToken: lease.token })
     // SPEC §8.7: the captured generation starts at attach
     this.series = { headerLogged: false, capturedGeneration: state.replaceGeneration }
-    this.pending = new PendingCalls(d.db, row.key)
+    this.pending = new PendingCalls(d.sessionLog.db, row.key)
     // cordis services are looked up once: property access on a context goes through its proxy
     const root = d.root as unknown as { hooks: Hooks; tools: ToolRegistry; systemPrompt: SystemPromptService }
     this.hooks = root.hooks
-    this.services = { db: d.db, llm: d.llm, registry: root.tools, systemPrompt: root.systemPrompt, toolPolicy: d.toolPolicy, metrics: d.metrics, maxParallelToolCalls: d.maxParallelToolCalls }
-    // every commit and sync reports the row: a cancel request or a wake is noticed at once
-    this.sessionLog.onRow = (r) => this.react(r)
+    this.services = { db: d.sessionLog.db, llm: d.llm, registry: root.tools, systemPrompt: root.systemPrompt, toolPolicy: d.toolPolicy, metrics: d.metrics, maxParallelToolCalls: d.maxParallelToolCalls, attempts: d.attempts }
+    this.watch = new SessionWatch(d.sessionLog.publisher.bus, row.key, {
+      log: this.sessionLog,
+      pending: this.pending,
+      react: (r) => this.react(r),
+      lost: (e) => this.lost(e),
+      warn: (o, msg) => this.logger.warn(o, msg),
+    })
+  }
+
+  /**
+   * Every unit of this Agent: SessionLog.commit, then the reaction to the row flags it saw (a cancel
+   * request, a wake), once the session's mutex is released.
+   */
+  readonly log: Loop['log'] = {
+    commit: async (build, opts) => {
+      const r = await this.sessionLog.commit(build, opts)
+      this.react(r.row)
+      return r
+    },
   }
 
   get state(): SessionState {
     return this.sessionLog.state
+  }
+
+  get phase(): Phase {
+    return this.run.phase
+  }
+
+  get status(): 'idle' | 'running' {
+    return this.run.status
+  }
+
+  get busy(): boolean {
+    return this.run.busy
+  }
+
+  /** Disposed, or stopped by a lost lease: it starts nothing more. */
+  get disposed(): boolean {
+    return this.ended
   }
 
   /** The lease this Agent appends under. */
@@ -116,69 +135,19 @@ export class Agent implements Loop {
     this.sessionLog.row = undefined
   }
 
-  get status(): 'idle' | 'running' {
-    return this.phase === 'running' ? 'running' : 'idle'
-  }
-
-  get busy(): boolean {
-    return this.phase !== 'idle' || !!this.activity
-  }
-
-  /** Disposed, or stopped by a lost lease: it starts nothing more. */
-  get disposed(): boolean {
-    return this.ended
-  }
-
-  /** The running activity's signal (for built-in plugins' own waits). */
-  get signal(): AbortSignal | undefined {
-    return this.current?.signal
-  }
-
   nextRevision(): number {
     return ++this.revision
   }
 
-  /** The in-flight attempt as a snapshot frame for a late subscriber (API.md §6). */
-  snapshotFrame(): { event: string; data: unknown } | undefined {
-    const f = this.inflight
-    if (!f) return undefined
-    return { event: 'agent/assistant-stream', data: { kind: 'snapshot', attemptId: f.attemptId, revision: f.revision, turn: f.turn, step: f.step, stream: structuredClone(f.acc.records) } }
-  }
-
-  // ------------------------------------------------------------------------------------------
-  // The handle and notifications
-
-  /** The Agent handle a plugin sees; its deliveries default to source {kind:'plugin', plugin}. */
+  /** The Agent handle a plugin sees (API.md §11). */
   handle(plugin = 'agentd'): AgentHandle {
-    let h = this.handles.get(plugin)
-    if (h) return h
-    const self = this
-    h = {
-      id: this.id,
-      get status() {
-        return self.status
-      },
-      followup: (m) => this.send(m, 'followup', plugin),
-      steer: (m) => this.send(m, 'steer', plugin),
-      inject: (m) => this.send(m, 'inject', plugin),
-      cancel: (o) => this.cancel(o?.reason ? { kind: 'hook', reason: o.reason } : { kind: 'user' }, { keepInbox: o?.keepInbox }),
-      whenIdle: () => this.whenIdle(),
-    }
-    Object.defineProperty(h, AGENT, { value: this, enumerable: false })
-    this.handles.set(plugin, h)
-    return h
+    return this.handles.of(plugin)
   }
 
-  /** Rebinds `agent` in a hook payload to the listening plugin's handle. */
-  readonly bind = (payload: unknown, plugin: string) => {
-    const p = payload as Record<string, unknown>
-    return p && typeof p === 'object' && 'agent' in p ? { ...p, agent: this.handle(plugin) } : payload
-  }
-
-  private readonly handleFor = (plugin: string) => this.handle(plugin || 'agentd')
+  readonly bind = this.handles.bind
 
   readonly notify = (name: string, payload: Record<string, unknown>, wire: unknown = payload): void => {
-    this.d.publisher.live({ key: this.key, id: this.id }, name, payload, this.handleFor, wire)
+    this.d.sessionLog.publisher.live({ key: this.key, id: this.id }, name, payload, this.handles.forPlugin, wire)
   }
 
   /**
@@ -190,29 +159,9 @@ export class Agent implements Loop {
     return { events: r.events, value: r.value }
   }
 
-  /** The public status last announced: agent/status goes out exactly when it changes (SPEC §5.1). */
-  private emitted: 'idle' | 'running' = 'idle'
-
-  private announce(): void {
-    if (this.status === this.emitted) return
-    this.emitted = this.status
-    this.notify('agent/status', { status: this.status })
-  }
-
-  private setPhase(p: Phase): void {
-    this.phase = p
-    this.announce()
-    if (p === 'idle') {
-      const w = this.idleWaiters
-      this.idleWaiters = []
-      for (const r of w) r()
-    }
-  }
-
   /** Resolves once neither a driver nor maintenance runs (SPEC §5.6). */
   whenIdle(): Promise<void> {
-    if (this.phase === 'idle' && !this.activity) return Promise.resolve()
-    return new Promise((r) => this.idleWaiters.push(r))
+    return this.run.whenIdle()
   }
 
   // ------------------------------------------------------------------------------------------
@@ -223,21 +172,21 @@ export class Agent implements Loop {
    * prefix committed too (C2).
    */
   async send(input: MessageInput, route: DeliveryRoute, plugin: string): Promise<Accepted> {
-    if (this.d.publisher.isPublishing(this.key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
+    if (this.d.sessionLog.publisher.isPublishing(this.key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     if (this.disposed) throw new Error(`the Agent of session ${this.id} is disposed`)
     const message = toUserMessage(input, { kind: 'plugin', plugin })
+    const run = this.run
     const r = await this.log.commit<number>((u) => {
       // the view is read lazily: only the row flags a route looks at condition the append
-      const self = this
       const plan = planDelivery(this.state.inbox, route, message, {
         get idle() {
-          return self.phase === 'idle' && u.row.runState === 'idle'
+          return run.phase === 'idle' && u.row.runState === 'idle'
         },
         get maintenance() {
-          return self.phase === 'maintenance'
+          return run.phase === 'maintenance'
         },
         get cancelling() {
-          return self.converging() || u.row.cancelPending
+          return run.converging || u.row.cancelPending
         },
       })
       const e = u.add({ type: 'agent/inbox/spliced', data: plan.splice as unknown as Json })
@@ -251,10 +200,10 @@ export class Agent implements Loop {
 
   /** SPEC §5.5: clear the inbox unless keepInbox, then abort whatever runs. */
   async cancel(cause: AgentCancelCause, o: { keepInbox?: boolean } = {}): Promise<{ cancelled: boolean }> {
-    const running = this.phase !== 'idle'
+    const running = this.run.phase !== 'idle'
     // SPEC §18.9: an observer's cancel aborts at once; its inbox clearing waits for the publication
-    if (running) this.abort(cause)
-    if (!o.keepInbox) await new Promise<void>((resolve, reject) => this.d.publisher.whenNotPublishing(this.key, () => void this.clearInbox().then(resolve, reject)))
+    if (running) this.run.abort(cause)
+    if (!o.keepInbox) await new Promise<void>((resolve, reject) => this.d.sessionLog.publisher.whenNotPublishing(this.key, () => void this.clearInbox().then(resolve, reject)))
     return { cancelled: running }
   }
 
@@ -270,15 +219,6 @@ export class Agent implements Loop {
       return { patch: { wakeLatched: false } }
     })
     for (const message of removed) this.notify('agent/inbox/discarded', { message })
-  }
-
-  private abort(cause: AgentCancelCause): void {
-    this.current?.abort(cause)
-  }
-
-  /** An aborted activity still converging (a cancel, not a disposal): waking input latches. */
-  private converging(): boolean {
-    return this.phase !== 'idle' && !!this.current?.aborted && !this.current.disposing
   }
 
   // ------------------------------------------------------------------------------------------
@@ -302,7 +242,7 @@ export class Agent implements Loop {
   private wake(): Promise<void> {
     // one wake at a time: a second caller (a delivery racing a doorbell) waits for the same prefix
     if (this.waking) return this.waking
-    if (this.phase !== 'idle' || this.activity) return Promise.resolve()
+    if (this.run.busy) return Promise.resolve()
     const p = this.wakeOnce().finally(() => {
       if (this.waking === p) this.waking = undefined
     })
@@ -310,133 +250,58 @@ export class Agent implements Loop {
     return p
   }
 
-  private async wakeOnce(): Promise<void> {
-    this.current = new Abort()
-    this.phase = 'running'
-    const prefix = (async () => {
-      let opened: OpenedTurn | null
-      try {
-        opened = await openTurn(this.control, true)
-      } catch (e) {
-        this.phase = 'idle'
-        throw e
-      }
-      if (!opened) this.phase = 'idle'
-      else this.activity = this.runDriver(opened)
-    })()
-    this.activity = prefix
-    try {
-      await prefix
-    } finally {
-      if (this.activity === prefix) this.activity = undefined
-      if ((this.phase as Phase) === 'idle') this.setPhase('idle')
-    }
+  private wakeOnce(): Promise<void> {
+    return wakeDriver({
+      loop: this,
+      run: this.run,
+      // the process can no longer append: stop driving and let the next lease holder repair (SPEC §5.7)
+      failStop: (e) => {
+        this.logger.error({ err: errorChain(e) }, 'the driver stopped: it can no longer append to the session')
+        if (e instanceof LeaseLostError) this.lost(e)
+        else this.host.cannotAppend(this, e)
+      },
+    })
   }
-
-  /** What the turn loop may do to this Agent between turns. */
-  private readonly control: DriverControl = {
-    loop: this,
-    current: () => this.current!,
-    renew: () => (this.current = new Abort()),
-    announce: () => this.announce(),
-    relatch: () => {
-      // SPEC §5.3: leaving the driver makes the Agent idle; the latch wakes it once more
-      this.setPhase('idle')
-      this.phase = 'running'
-    },
-  }
-
-  private async runDriver(first: OpenedTurn): Promise<void> {
-    try {
-      await drive(this.control, first)
-    } catch (e) {
-      this.failStop(e)
-    } finally {
-      this.activity = undefined
-      this.setPhase('idle')
-    }
-  }
-
-  /** The process can no longer append: stop driving and let the next lease holder repair (SPEC §5.7). */
-  private failStop(e: unknown): void {
-    this.logger.error({ err: errorChain(e) }, 'the driver stopped: it can no longer append to the session')
-    if (e instanceof LeaseLostError) this.lost(e)
-    else this.onFatal?.(e)
-  }
-
-  /** Set by the host: release the session after a fatal append failure. */
-  onFatal?: (e: unknown) => void
-  /** Set by the host: the lease is gone (or the session deleted). */
-  onLost?: (e: LeaseLostError) => void
 
   private lost(e: LeaseLostError): void {
-    if (this.stopped) return
-    this.stopped = true
+    if (this.watch.stopped) return
+    this.watch.stop()
     this.ended = true
-    this.abort({ kind: 'disposed' })
-    this.unsubscribe()
+    this.run.abort({ kind: 'disposed' })
     this.pending.releaseAll()
-    this.onLost?.(e)
+    this.host.leaseLost(this, e)
   }
 
   // ------------------------------------------------------------------------------------------
-  // What others committed: doorbells, pokes and the row flags
+  // What others committed (watch.ts) and the row flags every unit sees
 
-  /** Bus wiring: doorbells, pokes. Called by the host after attach. */
-  listen(subscribe: (l: { commit?: (n: { seq: number; remote?: boolean; events?: readonly StoredEvent[] }) => void; poke?: () => void; reset?: () => void }) => () => void): void {
-    this.unsubscribe = subscribe({
-      commit: (n) => {
-        if (n.seq <= this.state.headSeq) return
-        // this process's own commits (deliveries) fold without a read; others' need one
-        if (n.events?.length) void this.sessionLog.foldLocal(n.events).then((ok) => ok || this.requestSync(), () => this.requestSync())
-        else this.requestSync()
-      },
-      poke: () => this.requestSync(),
-      reset: () => this.requestSync(),
-    })
+  /** Subscribes to the session's doorbells and pokes; the host calls it once the Agent is held. */
+  listen(): void {
+    this.watch.start()
   }
 
   /** Folds what others committed and reacts to row flags: cancel, answers, wakes. Coalesced. */
   requestSync(): void {
-    if (this.stopped) return
-    if (this.syncing) {
-      this.syncAgain = true
-      return
-    }
-    this.syncing = (async () => {
-      do {
-        this.syncAgain = false
-        try {
-          await this.sessionLog.sync()
-          if (this.pending.waits) await this.pending.check()
-        } catch (e) {
-          if (e instanceof LeaseLostError) this.lost(e)
-          else this.logger.warn({ err: errorChain(e) }, 'session sync failed')
-        }
-      } while (this.syncAgain && !this.stopped)
-      this.syncing = undefined
-    })()
+    this.watch.sync()
   }
 
-  private react(row: { cancelPending: boolean; runState: string }): void {
-    if (row.cancelPending && this.phase !== 'idle' && this.current && !this.current.aborted) this.abort({ kind: 'user' })
-    if (this.phase === 'idle' && row.runState !== 'idle' && !this.activity) void this.wakeDurable()
+  private react(row: LeanRow): void {
+    const run = this.run
+    if (row.cancelPending && run.phase !== 'idle' && run.current && !run.current.aborted) run.abort({ kind: 'user' })
+    if (run.phase === 'idle' && row.runState !== 'idle' && !run.activity) void this.wakeDurable()
   }
 
   // ------------------------------------------------------------------------------------------
   // Maintenance and disposal (SPEC §5.6, §5.7)
 
-  private hasWork(): boolean {
-    return this.state.inbox.nextTurn.length > 0 || this.state.inbox.nextStep.length > 0
-  }
-
   /** Runs task while idle as maintenance; a wake latched meanwhile fires afterwards. */
   async runMaintenance<T>(task: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    if (this.phase !== 'idle' || this.activity) throw new Error('maintenance needs an idle Agent')
-    const abort = (this.current = new Abort())
-    this.setPhase('maintenance')
+    const run = this.run
+    if (run.busy) throw new Error('maintenance needs an idle Agent')
+    const abort = run.renew()
+    run.set('maintenance')
     let done!: () => void
-    this.activity = new Promise<void>((r) => (done = r))
+    run.activity = new Promise<void>((r) => (done = r))
     try {
       await this.log.commit(() => ({ patch: { runState: 'maintenance' } }))
       return await task(abort.signal)
@@ -444,29 +309,28 @@ export class Agent implements Loop {
       let latched = false
       try {
         const r = await this.log.commit<boolean>((u) => {
-          latched = u.row.wakeLatched && this.hasWork() && !this.disposed
+          latched = u.row.wakeLatched && hasPending(this.state.inbox) && !this.disposed
           return { patch: { runState: latched ? 'wanted' : 'idle', wakeLatched: false, cancelPending: false }, value: latched }
         })
         latched = r.value
       } catch (e) {
         this.logger.warn({ err: errorChain(e) }, 'could not end maintenance')
       }
-      this.activity = undefined
+      run.activity = undefined
       done()
-      this.setPhase('idle')
+      run.set('idle')
       if (latched) void this.wakeDurable()
     }
   }
 
   /** Disposal (lease release, shutdown, deletion): abort {disposed}, close the turn balanced, stop. */
   async dispose(): Promise<void> {
-    if (this.ended && this.stopped) return
+    if (this.ended && this.watch.stopped) return
     this.ended = true
-    this.abort({ kind: 'disposed' })
+    this.run.abort({ kind: 'disposed' })
     this.pending.releaseAll()
-    while (this.activity) await this.activity.catch(() => {})
-    this.stopped = true
-    this.unsubscribe()
+    while (this.run.activity) await this.run.activity.catch(() => {})
+    this.watch.stop()
     this.notify('agent/disposed', {})
   }
 }

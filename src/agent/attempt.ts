@@ -3,7 +3,8 @@
 // through llm/stream, live frames while it streams (§9.2), and settlement as exactly one
 // assistant/message or assistant/attempt (§9.3, §18.1).
 
-import { assembleBlocks, assertLosslessJson, deepFreeze, errorChain, interruptedPrefix, newMessageId, StreamAccumulator, type AssistantMessage, type ContentBlock, type Draft, type Json, type LlmCallConfig, type LlmFailure, type StreamChunk } from '../session/index.js'
+import { assembleBlocks, assertLosslessJson, deepFreeze, errorChain, interruptedPrefix, newMessageId, type AssistantMessage, type ContentBlock, type Draft, type Json, type LlmCallConfig, type LlmFailure, type StreamChunk } from '../session/index.js'
+import type { TrackedAttempt } from '../bus/index.js'
 import { LlmError, type LlmRequest, type PreparedCall, type RetryPolicy } from '../llm/index.js'
 import { planAdmission, proposeConfig, type Proposal } from './admission.js'
 import { FatalAppend, type TurnContext } from './context.js'
@@ -63,15 +64,15 @@ async function* adapterStream(prepared: PreparedCall | undefined, request: LlmRe
   }
 }
 
-/** A started attempt's live side: the accumulated stream and its frames (SPEC §9.1–§9.2). */
+/** A started attempt's live side: its stream in the process's tracker, and its frames (SPEC §9.1–§9.2). */
 class LiveAttempt {
-  readonly acc = new StreamAccumulator()
   readonly chunks: StreamChunk[] = []
+  private readonly tracked: TrackedAttempt
   private index = 0
 
   constructor(private readonly tc: TurnContext, readonly attemptId: string) {
     const revision = tc.loop.nextRevision()
-    tc.loop.inflight = { attemptId, turn: tc.turn, step: tc.step, acc: this.acc, revision }
+    this.tracked = tc.loop.services.attempts.open(tc.loop.key, { attemptId, revision, turn: tc.turn, step: tc.step })
     this.frame({ kind: 'start', attemptId, revision, turn: tc.turn, step: tc.step })
   }
 
@@ -79,19 +80,23 @@ class LiveAttempt {
     this.tc.notify('agent/assistant-stream', { frame: data }, data)
   }
 
+  /** The compact stream so far, as the settlement stores it. */
+  get stream() {
+    return this.tracked.records
+  }
+
   chunk(chunk: StreamChunk): void {
     const time = Date.now()
-    this.acc.push(time, chunk)
-    this.chunks.push(chunk)
     const revision = this.tc.loop.nextRevision()
-    if (this.tc.loop.inflight) this.tc.loop.inflight.revision = revision
+    this.tracked.push(time, chunk, revision)
+    this.chunks.push(chunk)
     this.frame({ kind: 'chunk', attemptId: this.attemptId, revision, index: this.index++, time, chunk })
   }
 
   /** Exactly one end per started attempt: committed (after publication) or abandoned. */
   end(outcome: Record<string, unknown>): void {
     const revision = this.tc.loop.nextRevision()
-    this.tc.loop.inflight = undefined
+    this.tracked.close()
     this.frame({ kind: 'end', attemptId: this.attemptId, revision, index: this.index, outcome })
   }
 }
@@ -149,7 +154,7 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
       throw e
     }
   }
-  const stream = live.acc.records
+  const stream = live.stream
   const usage = assembled.usage ? { usage: assembled.usage } : {}
   if (iterError && !signal.aborted) {
     // an llm/stream listener's iterator threw: the attempt settles, then the turn fails (no recovery)

@@ -3,10 +3,11 @@
 // threaded parameters.
 
 import type { Logger } from 'pino'
+import type { LiveAttempts } from '../bus/index.js'
 import type { Hooks } from '../hooks/index.js'
 import type { LlmService } from '../llm/index.js'
 import type { Metrics } from '../metrics.js'
-import { errorChain, type AgentCancelCause, type SessionState, type StreamAccumulator } from '../session/index.js'
+import { errorChain, type AgentCancelCause, type SessionState } from '../session/index.js'
 import type { Db, RowPatch, StoredEvent } from '../store/index.js'
 import type { HostPolicy, ToolRegistry, ToolSpec } from '../tools/index.js'
 import { AbortedError } from './errors.js'
@@ -32,6 +33,8 @@ export interface LoopServices {
   toolPolicy: HostPolicy
   metrics?: Metrics
   maxParallelToolCalls: () => number
+  /** the process's one tracker of streaming attempts (snapshot frames, the settled stream) */
+  attempts: LiveAttempts
 }
 
 /** The one way the driver appends: a fenced unit, published after commit (log.ts). */
@@ -47,6 +50,7 @@ export type Notify = (name: string, payload: Record<string, unknown>, wire?: unk
 /** A loop instance (SPEC §13.4) as the parts of a turn see it. */
 export interface Loop {
   readonly id: string
+  readonly key: string
   readonly spec: AgentSpec
   /** the folded log; every unit folds into it as it is built */
   readonly state: SessionState
@@ -60,8 +64,6 @@ export interface Loop {
   readonly series: { headerLogged: boolean; capturedGeneration: number }
   /** SPEC §9.2: live frame revisions count per loop instance */
   nextRevision(): number
-  /** the attempt streaming now, for the snapshot frame of a late subscriber (API.md §6) */
-  inflight: { attemptId: string; turn: number; step: number; acc: StreamAccumulator; revision: number } | undefined
   /** calls waiting on a pending row, and their answers */
   readonly pending: PendingCalls
   /** The Agent handle a payload carries (API.md §11); per listening plugin through `bind`. */

@@ -18,8 +18,13 @@ export interface IntakeDeps {
   db: Db
   publisher: Publisher
   mutex: KeyedMutex
-  /** the Agent handle for notification payloads, when this process drives the session */
-  agentFor?: (key: string) => unknown
+  /** the Agents this process drives: notification payloads carry their handles */
+  agents?: LocalAgents
+}
+
+/** The Agents driven in this process, by session key (the worker host). */
+export interface LocalAgents {
+  agent(key: string): { handle(plugin?: string): unknown } | undefined
 }
 
 export const bodyHash = (route: string, body: unknown) => crypto.createHash('sha256').update(`${route}\n${canonicalJson(body)}`).digest('hex')
@@ -58,7 +63,8 @@ export class Intake {
   }
 
   private notify(key: string, id: string, name: string, payload: Record<string, unknown>): void {
-    this.d.publisher.live({ key, id }, name, payload, this.d.agentFor?.(key))
+    const agent = this.d.agents?.agent(key)
+    this.d.publisher.live({ key, id }, name, payload, agent ? (plugin: string) => agent.handle(plugin || 'agentd') : undefined)
   }
 
   /**

@@ -86,7 +86,8 @@ export class SessionLog {
   /**
    * Commits one unit. `build` adds drafts through the builder (each folded at once) and may return
    * a row patch and a value. Throwing anywhere — in build, on validation, in the database — leaves
-   * the folded state exactly as before. Returns the committed events, already published.
+   * the folded state exactly as before. Returns the committed events, already published, and the row
+   * flags the unit saw (the caller reacts to a cancel request or a wake).
    */
   async commit<T = void>(
     build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void,
@@ -101,13 +102,9 @@ export class SessionLog {
       this.d.onAppend?.(result.events.length)
       opts.beforePublish?.(result.value, result.events)
       if (opts.publish !== false) this.d.publisher.committed({ key: this.key, id: this.id }, result.events)
-      this.onRow?.(result.row)
       return result
     })
   }
-
-  /** Called after every commit and sync with the row flags it saw (cancel requests, wakes). */
-  onRow?: (row: LeanRow) => void
 
   /**
    * A builder that stamps and folds each draft at once, collecting the undos and the side rows. On the fast path `row`
@@ -252,7 +249,6 @@ export class SessionLog {
       const row = this.check(await lockLean(this.d.db, this.key, false))
       await this.catchUp(this.d.db, row)
       this.row = row
-      this.onRow?.(row)
       return row
     })
   }

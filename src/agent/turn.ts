@@ -1,12 +1,14 @@
-// The turn loop (SPEC §5.2–§5.3, §6.2): a turn opens with turn/start and its claim in one unit, runs
-// steps until the model owes nothing and next-step is empty, and closes with turn/end, whose unit
-// also decides under the row lock whether the driver goes on, honours a latched wake, or goes idle.
+// The driver (SPEC §5.2–§5.3, §6.2): a wake enters running and opens a turn — turn/start and its
+// claim in one unit — then turns run one after another; each runs steps until the model owes nothing
+// and next-step is empty, and closes with turn/end, whose unit also decides under the row lock
+// whether the driver goes on, honours a latched wake, or goes idle.
 
-import { errorChain, planClaim, type InboxTarget, type Json, type LlmFailure, type TurnEndReason, type UserMessage } from '../session/index.js'
+import { errorChain, hasPending, planClaim, type InboxTarget, type Json, type LlmFailure, type TurnEndReason, type UserMessage } from '../session/index.js'
 import type { RowPatch } from '../store/index.js'
-import { closer, FatalAppend, turnContext, type Abort, type Loop, type TurnContext } from './context.js'
+import { closer, FatalAppend, turnContext, type Loop, type TurnContext } from './context.js'
 import { TurnLlmError } from './errors.js'
 import type { UnitBuilder } from './log.js'
+import type { Phase, Phases } from './phases.js'
 import { proposeStep, runStep, type StepResult } from './step.js'
 
 /** A turn whose turn/start and first claim committed. */
@@ -17,20 +19,53 @@ export interface OpenedTurn {
 
 type AfterTurn = 'idle' | 'continue' | 'latched'
 
-/** What the turn loop needs of the Agent's lifecycle (agent.ts). */
+/** What the driver needs of its Agent (agent.ts). */
 export interface DriverControl {
   readonly loop: Loop
-  /** the running activity's abort */
-  current(): Abort
-  /** SPEC §5.3: the next turn starts with a fresh controller */
-  renew(): Abort
-  /** agent/status goes out exactly when the public status changes (SPEC §5.1) */
-  announce(): void
-  /** SPEC §5.3: leaving the driver for a latched wake makes the Agent idle, then running again */
-  relatch(): void
+  /** the Agent's phases, its activity and abort */
+  readonly run: Phases
+  /** the driver stopped because this process can no longer append (SPEC §5.7) */
+  failStop(e: unknown): void
 }
 
-const hasWork = (loop: Loop) => loop.state.inbox.nextTurn.length > 0 || loop.state.inbox.nextStep.length > 0
+/**
+ * SPEC §5.2: a wake finding the Agent idle enters running and commits the wake prefix; the driver
+ * then runs on as the Agent's activity. If the prefix fails to commit, the Agent is idle again.
+ */
+export async function wakeDriver(ctl: DriverControl): Promise<void> {
+  const run = ctl.run
+  run.renew()
+  run.phase = 'running'
+  const prefix = (async () => {
+    let opened: OpenedTurn | null
+    try {
+      opened = await openTurn(ctl, true)
+    } catch (e) {
+      run.phase = 'idle'
+      throw e
+    }
+    if (!opened) run.phase = 'idle'
+    else run.activity = runDriver(ctl, opened)
+  })()
+  run.activity = prefix
+  try {
+    await prefix
+  } finally {
+    if (run.activity === prefix) run.activity = undefined
+    if ((run.phase as Phase) === 'idle') run.set('idle')
+  }
+}
+
+async function runDriver(ctl: DriverControl, first: OpenedTurn): Promise<void> {
+  try {
+    await drive(ctl, first)
+  } catch (e) {
+    ctl.failStop(e)
+  } finally {
+    ctl.run.activity = undefined
+    ctl.run.set('idle')
+  }
+}
 
 /**
  * turn/start and the claim of next-turn in ONE unit (SPEC §5.2, §6.2). A wake with nothing to do, or
@@ -40,7 +75,7 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
   const { loop } = ctl
   const r = await loop.log.commit<OpenedTurn | null>(
     (u) => {
-      const work = hasWork(loop)
+      const work = hasPending(loop.state.inbox)
       const idle = { patch: { runState: 'idle', cancelPending: false, wakeLatched: false } satisfies RowPatch, value: null }
       // SPEC §5.5: a cancel spent this wake request (no later work is armed) unless input latched
       if (first && u.row.cancelPending && !(u.row.wakeLatched && work)) return idle
@@ -52,7 +87,7 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
       return { patch: { runState: 'running', cancelPending: false, wakeLatched: false }, value: { turn, claimed } }
     },
     // publication order (SPEC §5.2): agent/status running, then turn/start and the claim
-    { beforePublish: (value) => value && ctl.announce() },
+    { beforePublish: (value) => value && ctl.run.announce() },
   )
   if (r.value) for (const message of r.value.claimed) loop.notify('agent/inbox/claimed', { message, turn: r.value.turn })
   return r.value
@@ -62,10 +97,14 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
 export async function drive(ctl: DriverControl, first: OpenedTurn): Promise<void> {
   let next: OpenedTurn | null = first
   while (next) {
-    const after = await runTurn(turnContext(ctl.loop, ctl.current(), next.turn), next.claimed)
+    const after = await runTurn(turnContext(ctl.loop, ctl.run.current!, next.turn), next.claimed)
     if (after === 'idle') return
-    if (after === 'latched') ctl.relatch()
-    ctl.renew()
+    if (after === 'latched') {
+      // leaving the driver makes the Agent idle; the latch wakes it once more
+      ctl.run.set('idle')
+      ctl.run.phase = 'running'
+    }
+    ctl.run.renew()
     next = await openTurn(ctl, false)
   }
 }
@@ -145,7 +184,7 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
  * between "nothing pending" and "idle"): continue with pending work, honour a latched wake, or go idle.
  */
 function endOfTurn(tc: TurnContext, u: UnitBuilder, stop: boolean): { patch: RowPatch; value: AfterTurn } {
-  const work = hasWork(tc.loop)
+  const work = hasPending(tc.loop.state.inbox)
   const clear = { cancelPending: false, wakeLatched: false }
   if (tc.loop.disposed) return { patch: { ...clear, runState: work ? 'wanted' : 'idle' }, value: 'idle' }
   if (!stop && work && !u.row.cancelPending && !tc.abort.aborted) return { patch: { ...clear, runState: 'running' }, value: 'continue' }

@@ -11,6 +11,9 @@ export class InboxError extends Error {
 
 export const emptyInbox = (): Inbox => ({ nextTurn: [], nextStep: [] })
 
+/** Whether anything is pending in either list: work for a turn (SPEC §5.3). */
+export const hasPending = (inbox: Inbox): boolean => inbox.nextTurn.length > 0 || inbox.nextStep.length > 0
+
 export const listOf = (inbox: Inbox, target: InboxTarget): UserMessage[] => (target === 'next-turn' ? inbox.nextTurn : inbox.nextStep)
 
 /** SPEC §4.2 step 1: array-splice normalization of (start, deleteCount) against a list length. */

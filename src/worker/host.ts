@@ -5,7 +5,7 @@
 import crypto from 'node:crypto'
 import os from 'node:os'
 import type { Logger } from 'pino'
-import { Agent, attach, errorChain, LeaseLostError, type AgentDeps, type AgentSpec, type Lease } from '../agent/index.js'
+import { Agent, attach, errorChain, type AgentDeps, type AgentHost, type AgentSpec, type Lease } from '../agent/index.js'
 import type { Bus } from '../bus/index.js'
 import { claimLease, getSessionByKey, releaseIfIdle, releaseLease, renewLeases, takeoverCandidates, type Db, type Queryable, type SessionRow } from '../store/index.js'
 import type { KeyedMutex, Publisher } from '../agent/index.js'
@@ -24,7 +24,7 @@ export interface HostOptions {
   idleReleaseMs: number
   /** how often workers look for sessions to take over (SPEC §13.3a: within 2 s) */
   scanMs?: number
-  agentDeps: Omit<AgentDeps, 'makeLog'> & { makeLog: AgentDeps['makeLog'] }
+  agentDeps: AgentDeps
 }
 
 interface Held {
@@ -119,17 +119,10 @@ export class WorkerHost {
     if (takeover || attached.repaired) this.o.metrics?.takeovers.inc()
     const r = attached.row
     const spec: AgentSpec = { model: r.model, system: r.system, tools: r.tools as unknown as ToolSpec[], ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}), ...(r.reasoningEffort !== undefined ? { reasoningEffort: r.reasoningEffort } : {}) }
-    const agent = new Agent(this.o.agentDeps as AgentDeps, r, attached.state, spec, attached.lease)
+    const agent = new Agent(this.o.agentDeps, attached, spec, this.agentHost)
     const held: Held = { agent, idleSince: Date.now() }
     this.held.set(key, held)
-    agent.onLost = (e: LeaseLostError) => {
-      log.warn({ sessionId: r.id, reason: e.reason }, 'lease lost; the Agent stopped')
-      this.held.delete(key)
-    }
-    agent.onFatal = () => {
-      void this.drop(key, { release: true })
-    }
-    agent.listen((l) => this.o.bus.subscribe(key, l))
+    agent.listen()
     const handleFor = (plugin: string) => agent.handle(plugin || 'agentd')
     this.o.publisher.live({ key, id: r.id }, 'agent/created', {}, handleFor)
     this.o.publisher.live({ key, id: r.id }, 'agent/session-start', { source: attached.source }, handleFor)
@@ -137,6 +130,15 @@ export class WorkerHost {
     // SPEC §18.5: a run state other than idle is an unspent wake
     if (r.runState !== 'idle') void agent.wakeDurable()
     return agent
+  }
+
+  /** What an Agent may tell the host about itself. */
+  private readonly agentHost: AgentHost = {
+    leaseLost: (agent, e) => {
+      this.o.log.warn({ sessionId: agent.id, reason: e.reason }, 'lease lost; the Agent stopped')
+      if (this.held.get(agent.key)?.agent === agent) this.held.delete(agent.key)
+    },
+    cannotAppend: (agent) => void this.drop(agent.key, { release: true }),
   }
 
   /** Extends every held lease; any we no longer hold stops its Agent at once. */
