@@ -6,19 +6,13 @@
 import { canonicalJson, jsonEqual, type Draft, type EpochHeader, type Json, type LlmCallConfig, type PreStepDecision, type SessionState, type ToolSchema } from '../session/index.js'
 import { splitModelRef, type PreparedCall } from '../llm/index.js'
 import { promptDraft, reconcile, systemNodes } from './prompt.js'
-import type { AgentSpec } from './context.js'
+import type { AgentSpec, Series } from './context.js'
 
 /** A step's proposal (SPEC §7.2–§7.4), kept for every attempt of the step (§10.3). */
 export interface Proposal {
   decision: Extract<PreStepDecision, { kind: 'enter' }>
   rendered: string
   tools: ToolSchema[]
-}
-
-/** What the loop instance remembers between attempts (SPEC §8.7–§8.8). */
-export interface Series {
-  headerLogged: boolean
-  capturedGeneration: number
 }
 
 export interface AdmissionInput {

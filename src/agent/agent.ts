@@ -13,7 +13,7 @@ import type { LeanRow, SessionRow, StoredEvent } from '../store/index.js'
 import type { LlmService } from '../llm/index.js'
 import type { HostPolicy, ToolRegistry } from '../tools/index.js'
 import type { Metrics } from '../metrics.js'
-import type { AgentSpec, Loop, LoopServices } from './context.js'
+import type { AgentSpec, Loop, LoopServices, Series } from './context.js'
 import { AGENT, Handles, type AgentHandle } from './handle.js'
 import type { Accepted } from './intake.js'
 import { LeaseLostError, SessionLog, type Lease, type SessionLogDeps, type UnitBuilder } from './log.js'
@@ -52,7 +52,7 @@ export function agentOf(handle: unknown): Agent | undefined {
 export class Agent implements Loop {
   readonly id: string
   readonly key: string
-  readonly series: Loop['series']
+  readonly series: Series
   readonly pending: PendingCalls
   readonly hooks: Hooks
   readonly services: LoopServices

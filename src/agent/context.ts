@@ -37,6 +37,14 @@ export interface LoopServices {
   attempts: LiveAttempts
 }
 
+/** What a loop instance remembers between attempts (SPEC §8.7–§8.8). */
+export interface Series {
+  /** whether this instance logged a request/header yet */
+  headerLogged: boolean
+  /** replaceGeneration as of attach, then as of the last committed admission */
+  capturedGeneration: number
+}
+
 /** The one way the driver appends: a fenced unit, published after commit (log.ts). */
 export interface UnitLog {
   commit<T = void>(
@@ -60,8 +68,7 @@ export interface Loop {
   readonly notify: Notify
   /** pino child logger carrying tenantId, sessionId and leaseToken (DESIGN.md §4) */
   readonly logger: Logger
-  /** SPEC §8.7–§8.8: whether this instance logged a header yet, and its captured generation */
-  readonly series: { headerLogged: boolean; capturedGeneration: number }
+  readonly series: Series
   /** SPEC §9.2: live frame revisions count per loop instance */
   nextRevision(): number
   /** calls waiting on a pending row, and their answers */

@@ -107,8 +107,9 @@ export class SessionLog {
   }
 
   /**
-   * A builder that stamps and folds each draft at once, collecting the undos and the side rows. On the fast path `row`
-   * is the last row this driver saw; reading it makes the append conditional on its flags.
+   * A builder that stamps and folds each draft at once, collecting the undos and the side rows. On
+   * the fast path `row` is the last row this driver saw; reading it makes the append conditional on
+   * its flags.
    */
   private builder(undos: Undo[], added: SessionEvent[], side: SideRow[], row: LeanRow | undefined, read?: Set<RowFlag>): UnitBuilder {
     // on the fast path, record which flags the build looked at: only those condition the append
