@@ -4,7 +4,7 @@ import crypto from 'node:crypto'
 import pino, { type Logger } from 'pino'
 import type { FastifyInstance } from 'fastify'
 import type { Config } from './config.js'
-import { Agent, Intake, KeyedMutex, Publisher, SessionLog, Sessions, SystemPromptService, errorChain, type AgentDeps } from './agent/index.js'
+import { Agent, Intake, KeyedMutex, Publisher, Sessions, SystemPromptService, errorChain, type AgentDeps } from './agent/index.js'
 import { Feeds, LiveAttempts, LocalHub, PgBus, type Bus, type LiveFrame } from './bus/index.js'
 import { createRoot, type Context } from './hooks/index.js'
 import { buildHttp, type DriverControl } from './http/index.js'
@@ -84,11 +84,6 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
 
     const publisher = new Publisher(bus, root, log)
     const mutex = new KeyedMutex()
-    let host: WorkerHost | undefined
-    const intake = new Intake({ db, publisher, mutex, agentFor: (key) => {
-      const a = host?.agent(key)
-      return a ? (plugin: string) => a.handle(plugin || 'agentd') : undefined
-    } })
     const registry = (root as unknown as { tools: ToolRegistry }).tools
     const sessions = new Sessions({
       db,
@@ -101,23 +96,22 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     const attempts = new LiveAttempts(bus)
     cleanup.push(() => attempts.close())
 
-    {
-      const agentDeps: AgentDeps = {
-        db,
-        publisher,
-        log,
-        root,
-        llm,
-        toolPolicy,
-        metrics,
-        maxParallelToolCalls: () => config.maxParallelToolCalls,
-        makeLog: (key, id, state) => new SessionLog({ db, publisher, mutex, log, onAppend: (n) => metrics.appends.inc({}, n) }, key, id, state, { owner: '', token: 0 }),
-      }
-      host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
-      // an api process drives nothing on its own; it only takes a session briefly for maintenance
-      if (config.role !== 'api') host.start()
-      metrics.gauge('agentd_driven_sessions', 'Sessions whose driver runs in this process', () => host!.size)
+    const agentDeps: AgentDeps = {
+      sessionLog: { db, publisher, mutex, log, onAppend: (n) => metrics.appends.inc({}, n) },
+      log,
+      root,
+      llm,
+      toolPolicy,
+      metrics,
+      maxParallelToolCalls: () => config.maxParallelToolCalls,
+      attempts,
     }
+    const host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
+    // an api process drives nothing on its own; it only takes a session briefly for maintenance
+    if (config.role !== 'api') host.start()
+    metrics.gauge('agentd_driven_sessions', 'Sessions whose driver runs in this process', () => host.size)
+    // notifications of deliveries carry the Agent handle when this process drives the session
+    const intake = new Intake({ db, publisher, mutex, agents: host })
 
     // idempotency records are kept at least 24 hours (API.md §5); older ones go, hourly
     const prune = setInterval(() => void pruneIdempotency(db, 25 * 3600 * 1000).catch(() => {}), 3600 * 1000)
@@ -126,20 +120,20 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
 
     // the holder of a session serves compaction requests from any process
     const offCommand = bus.onCommand((c) => {
-      const agent = c.kind === 'compact' ? host?.agent(c.sessionKey) : undefined
+      const agent = c.kind === 'compact' ? host.agent(c.sessionKey) : undefined
       return agent ? compactAgent(agent, root) : undefined
     })
     cleanup.push(offCommand)
 
     const driver: DriverControl = {
-      compact: async (row: SessionRow) => compactNow(host!, bus, root, row, config.role === 'api'),
+      compact: async (row: SessionRow) => compactNow(host, bus, root, row, config.role === 'api'),
       deleted: async (row: SessionRow) => {
-        host?.deleted(row.key)
+        host.deleted(row.key)
         bus.poke(row.key)
       },
     }
-    // the driver's own view when it runs here, else what this process saw of its live frames
-    const snapshot = (key: string): LiveFrame | undefined => host?.agent(key)?.snapshotFrame() ?? attempts.snapshot(key)
+    // the process's one tracker of streaming attempts: the driver's own when it runs here
+    const snapshot = (key: string): LiveFrame | undefined => attempts.snapshot(key)
 
     const app: App = {
       config,
@@ -156,7 +150,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       firstKey,
       async close() {
         await app.http?.close()
-        await host?.stop(config.shutdownGraceMs)
+        await host.stop(config.shutdownGraceMs)
         for (const c of cleanup.reverse()) await c()
         await root.scope.dispose?.()
         if (!o.db) await db.close()

@@ -2,9 +2,9 @@
 // the log, append deterministic closers for a turn the previous holder left open, and mark where new
 // writes begin with session/end-seed.
 
-import { SessionState, type Draft, type Json, type SessionEvent } from '../session/index.js'
-import { deletePending, readEvents, stamp, writeEvents, type Db, type Queryable, type SessionRow, type StoredEvent } from '../store/index.js'
-import { newMessageId } from './messages.js'
+import { SessionState, type Draft, type SessionEvent } from '../session/index.js'
+import { toolResultDraft } from '../tools/index.js'
+import { readEvents, stamp, writeEvents, type Db, type Queryable, type SessionRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 import type { Lease } from './log.js'
@@ -19,14 +19,8 @@ export function planRepair(state: SessionState): Draft[] {
   const out: Draft[] = []
   for (const c of state.openCalls.values()) {
     const logged = c.callSeq !== undefined
-    const message = {
-      id: newMessageId(),
-      role: 'user',
-      content: [{ type: 'tool-result', toolCallId: c.callId, isError: true, content: [{ type: 'text', text: logged ? OUTCOME_UNKNOWN_TEXT : NOT_STARTED_TEXT }] }],
-      source: { kind: 'tool', callId: c.callId },
-    }
     const error = logged ? { name: 'ToolError', code: 'TOOL_OUTCOME_UNKNOWN' } : { name: 'AbortError', code: 'TOOL_NOT_STARTED' }
-    out.push({ type: 'tool/result', data: { turn: c.turn, step: c.step, message, error } as unknown as Json, surfaceOp: 'append', ...(logged ? { sourceEventSeqs: [c.callSeq!] } : {}) })
+    out.push(toolResultDraft(c, c.callId, c.callSeq, { content: [{ type: 'text', text: logged ? OUTCOME_UNKNOWN_TEXT : NOT_STARTED_TEXT }], isError: true, error }))
   }
   if (state.openStep !== null) out.push({ type: 'step/end', data: { turn: state.openTurn, step: state.openStep } })
   out.push({ type: 'turn/end', data: { turn: state.openTurn, reason: { kind: 'interrupted' } } })
@@ -67,14 +61,14 @@ export async function attach(
         state.apply(e)
         added.push(e)
       }
-      if (closers.length) await deletePending(tx, key)
       if (!state.fresh && state.nonSpliceSinceSeed) {
         const [e] = stamp(state, [{ type: 'session/end-seed', data: {} }])
         state.apply(e)
         added.push(e)
       }
       const pos = { key, nextSeq: c.row.nextSeq, lastTime: c.row.lastTime }
-      const events = await writeEvents(tx, pos, added, closers.length ? { openTurn: null } : {})
+      // SPEC §18.10: crash repair deletes the pending calls with the closers
+      const events = await writeEvents(tx, pos, added, closers.length ? { openTurn: null } : {}, closers.length ? [{ kind: 'pending-delete' }] : [])
       c.row.nextSeq = state.nextSeq
       c.row.lastTime = state.lastTime
       c.row.openTurn = state.openTurn

@@ -17,15 +17,3 @@ export class TurnLlmError extends Error {
     this.name = 'LlmError'
   }
 }
-
-/** The chain of messages of an error and its causes (SPEC §6.2 errorChain). */
-export function errorChain(e: unknown): string {
-  const parts: string[] = []
-  let cur: unknown = e
-  for (let i = 0; cur && i < 5; i++) {
-    const err = cur as { message?: string; cause?: unknown; errors?: unknown[] }
-    parts.push(err.message ?? String(cur))
-    cur = err.cause
-  }
-  return parts.join(': ')
-}

@@ -4,15 +4,10 @@
 
 import crypto from 'node:crypto'
 import { ApiError, sessionNotFound } from '../errors.js'
-import { canonicalJson, findPending, InboxError, planClear, planSplice, type Draft, type Inbox, type InboxTarget, type SplicedData, type UserMessage } from '../session/index.js'
-import { answerPending, appendConditional, findIdempotency, readForIntake, recordIdempotency, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SessionRow, type StoredEvent } from '../store/index.js'
+import { applySplice, canonicalJson, findPending, InboxError, planClear, planDelivery, planSplice, type DeliveryRoute, type Draft, type Inbox, type SessionEvent, type UserMessage } from '../session/index.js'
+import { answerPending, appendConditional, findIdempotency, readForIntake, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SessionRow, type SideRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
-
-export type DeliveryRoute = 'followup' | 'steer' | 'inject'
-
-export const ROUTE_TARGET: Record<DeliveryRoute, InboxTarget> = { followup: 'next-turn', steer: 'next-step', inject: 'next-step' }
-export const ROUTE_WAKES: Record<DeliveryRoute, boolean> = { followup: true, steer: true, inject: false }
 
 export interface Accepted {
   messageId: string
@@ -23,8 +18,13 @@ export interface IntakeDeps {
   db: Db
   publisher: Publisher
   mutex: KeyedMutex
-  /** the Agent handle for notification payloads, when this process drives the session */
-  agentFor?: (key: string) => unknown
+  /** the Agents this process drives: notification payloads carry their handles */
+  agents?: LocalAgents
+}
+
+/** The Agents driven in this process, by session key (the worker host). */
+export interface LocalAgents {
+  agent(key: string): { handle(plugin?: string): unknown } | undefined
 }
 
 export const bodyHash = (route: string, body: unknown) => crypto.createHash('sha256').update(`${route}\n${canonicalJson(body)}`).digest('hex')
@@ -36,10 +36,9 @@ interface Locked<T> {
   after?: () => void
 }
 
-/** Applies splice data to a copy-free inbox view and returns the removed messages per splice. */
-function spliceInbox(inbox: Inbox, d: SplicedData): UserMessage[] {
-  const list = d.target === 'next-turn' ? inbox.nextTurn : inbox.nextStep
-  return list.splice(d.start, d.removedCount ?? 0, ...d.inserted)
+/** API.md §5: a named message's idempotency record rides with its splice (the delivery's first event). */
+function idempotencyRow(message: UserMessage, route: DeliveryRoute, idempotency: { bodyHash: string } | undefined, events: readonly SessionEvent[]): SideRow[] {
+  return idempotency ? [{ kind: 'idempotency', messageId: message.id, route, bodyHash: idempotency.bodyHash, seq: events[0].seq }] : []
 }
 
 export class Intake {
@@ -64,7 +63,8 @@ export class Intake {
   }
 
   private notify(key: string, id: string, name: string, payload: Record<string, unknown>): void {
-    this.d.publisher.live({ key, id }, name, payload, this.d.agentFor?.(key))
+    const agent = this.d.agents?.agent(key)
+    this.d.publisher.live({ key, id }, name, payload, agent ? (plugin: string) => agent.handle(plugin || 'agentd') : undefined)
   }
 
   /**
@@ -83,11 +83,11 @@ export class Intake {
           const rec = await findIdempotency(this.d.db, key, message.id)
           if (rec) return this.replay(rec, route, idempotency)
         }
-        const plan = this.planDelivery(snap, route, message)
+        const plan = this.deliveryOf(snap, route, message)
         const events = stamp(snap, plan.drafts)
         let r
         try {
-          r = await appendConditional(this.d.db, key, { nextSeq: snap.nextSeq, flags: { runState: snap.runState, cancelPending: snap.cancelPending } }, events, plan.patch, idempotency ? { messageId: message.id, route, bodyHash: idempotency.bodyHash } : undefined)
+          r = await appendConditional(this.d.db, key, { nextSeq: snap.nextSeq, flags: { runState: snap.runState, cancelPending: snap.cancelPending } }, events, plan.patch, idempotencyRow(message, route, idempotency, events))
         } catch (e) {
           // a concurrent delivery with the same id won the idempotency record: read again
           if ((e as { code?: string }).code === '23505' && idempotency) continue
@@ -107,31 +107,21 @@ export class Intake {
     return { messageId: rec.messageId, seq: rec.seq, replayed: true }
   }
 
-  /** The splice, row patch and after-commit work of a delivery, from the row as read. */
-  private planDelivery(snap: LeanRow & { inbox: Inbox }, route: DeliveryRoute, message: UserMessage) {
-    const wakes = ROUTE_WAKES[route]
-    // SPEC §4.4: waking input after a cancel request, while the cancelled activity closes, goes to next-turn and latches
-    const target: InboxTarget = wakes && snap.cancelPending ? 'next-turn' : ROUTE_TARGET[route]
+  /** The splice, row patch and after-commit work of a delivery, from the row as read (SPEC §4.4, §18.4). */
+  private deliveryOf(snap: LeanRow & { inbox: Inbox }, route: DeliveryRoute, message: UserMessage) {
     const inbox = snap.inbox
-    let data: SplicedData
+    let plan
     try {
-      data = planSplice(inbox, target, (target === 'next-turn' ? inbox.nextTurn : inbox.nextStep).length, 0, [message])!
+      plan = planDelivery(inbox, route, message, { idle: snap.runState === 'idle', maintenance: snap.runState === 'maintenance', cancelling: snap.cancelPending })
     } catch (e) {
       if (e instanceof InboxError) throw new ApiError('idempotency-conflict', `message id ${message.id} is already pending`)
       throw e
     }
-    spliceInbox(inbox, data)
-    const patch: RowPatch = { inbox }
-    let wake = false
-    if (wakes) {
-      if (snap.runState === 'idle' && !snap.cancelPending) {
-        patch.runState = 'wanted'
-        wake = true
-      } else if (snap.runState === 'maintenance' || snap.cancelPending) patch.wakeLatched = true
-    }
+    applySplice(inbox, plan.splice)
+    const wake = plan.flags.runState === 'wanted'
     return {
-      drafts: [{ type: 'agent/inbox/spliced', data: data as unknown as Draft['data'] }] as Draft[],
-      patch,
+      drafts: [{ type: 'agent/inbox/spliced', data: plan.splice as unknown as Draft['data'] }] as Draft[],
+      patch: { inbox, ...plan.flags } satisfies RowPatch,
       after: (key: string, id: string) => {
         this.notify(key, id, 'agent/inbox/inserted', { message })
         // the commit's doorbell lets a running driver fold the splice; an idle one needs a wake
@@ -148,9 +138,9 @@ export class Intake {
         const rec = await findIdempotency(tx, key, message.id)
         if (rec) return { result: this.replay(rec, route, idempotency) }
       }
-      const plan = this.planDelivery(locked, route, message)
-      const events = await writeEvents(tx, locked, stamp(locked, plan.drafts), plan.patch)
-      if (idempotency) await recordIdempotency(tx, key, { messageId: message.id, route, bodyHash: idempotency.bodyHash, seq: events[0].seq })
+      const plan = this.deliveryOf(locked, route, message)
+      const stamped = stamp(locked, plan.drafts)
+      const events = await writeEvents(tx, locked, stamped, plan.patch, idempotencyRow(message, route, idempotency, stamped))
       return { result: { messageId: message.id, seq: events[0].seq, replayed: false }, events, after: () => plan.after(key, id) }
     })
   }
@@ -163,7 +153,7 @@ export class Intake {
       const at = findPending(inbox, messageId)
       if (!at) throw new ApiError('queue-item-not-found', `message ${messageId} is not pending`)
       const data = planSplice(inbox, at.target, at.index, 1, [], 'canceled')!
-      spliceInbox(inbox, data)
+      applySplice(inbox, data)
       const events = await writeEvents(tx, locked, stamp(locked, [{ type: 'agent/inbox/spliced', data: data as unknown as Draft['data'] }]), { inbox })
       return {
         result: undefined,
@@ -190,7 +180,7 @@ export class Intake {
       if (!keepInbox) {
         const inbox = locked.inbox
         for (const d of planClear(inbox)) {
-          discarded.push(...spliceInbox(inbox, d))
+          discarded.push(...applySplice(inbox, d))
           drafts.push({ type: 'agent/inbox/spliced', data: d as unknown as Draft['data'] })
         }
         if (drafts.length) patch.inbox = inbox

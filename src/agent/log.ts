@@ -3,11 +3,10 @@
 // transaction, and published after commit (DESIGN.md §3, SPEC §2.4, §3.1.4).
 
 import type { Logger } from 'pino'
-import { deepFreeze, LogError, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
-import { appendConditional, lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type StoredEvent } from '../store/index.js'
+import { deepFreeze, LogError, sumUsage, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
+import { appendConditional, lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SideRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
-import { ledger, usageOf } from './sessions.js'
 
 type RowFlag = 'runState' | 'cancelPending' | 'wakeLatched'
 
@@ -33,11 +32,15 @@ export class LeaseLostError extends Error {
   }
 }
 
-/** Builds a unit: each add() stamps, validates and folds the draft at once, so later drafts see it. */
+/**
+ * Builds a unit: each add() stamps, validates and folds the draft at once, so later drafts see it;
+ * side() names a row that must exist exactly when the unit is durable (store/ writes it in the
+ * unit's statement or transaction, DESIGN.md §3).
+ */
 export interface UnitBuilder {
   add(d: Draft, opts?: { time?: number }): SessionEvent
+  side(row: SideRow): void
   readonly row: LeanRow
-  readonly tx: Queryable
 }
 
 export interface CommitResult<T> {
@@ -83,34 +86,32 @@ export class SessionLog {
   /**
    * Commits one unit. `build` adds drafts through the builder (each folded at once) and may return
    * a row patch and a value. Throwing anywhere — in build, on validation, in the database — leaves
-   * the folded state exactly as before. Returns the committed events, already published.
+   * the folded state exactly as before. Returns the committed events, already published, and the row
+   * flags the unit saw (the caller reacts to a cancel request or a wake).
    */
   async commit<T = void>(
     build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void,
-    opts: { publish?: boolean; inTx?: (tx: Queryable) => Promise<void>; beforePublish?: (value: T, events: StoredEvent[]) => void } = {},
+    opts: { publish?: boolean; beforePublish?: (value: T, events: StoredEvent[]) => void } = {},
   ): Promise<CommitResult<T>> {
     if (this.d.publisher.isPublishing(this.key)) throw new LogError('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     return this.d.mutex.run(this.key, async () => {
       // the fast path: one fenced statement; a unit that must see the locked row, or that found the
       // row moved or the lease gone, takes the locked path
-      const result = (opts.inTx ? null : await this.commitFast(build)) ?? (await this.commitLocked(build, opts.inTx))
+      const result = (await this.commitFast(build)) ?? (await this.commitLocked(build))
       this.row = result.row
       this.d.onAppend?.(result.events.length)
       opts.beforePublish?.(result.value, result.events)
       if (opts.publish !== false) this.d.publisher.committed({ key: this.key, id: this.id }, result.events)
-      this.onRow?.(result.row)
       return result
     })
   }
 
-  /** Called after every commit and sync with the row flags it saw (cancel requests, wakes). */
-  onRow?: (row: LeanRow) => void
-
   /**
-   * A builder that stamps and folds each draft at once, collecting the undos. On the fast path `row`
-   * is the last row this driver saw; reading it makes the append conditional on its flags.
+   * A builder that stamps and folds each draft at once, collecting the undos and the side rows. On
+   * the fast path `row` is the last row this driver saw; reading it makes the append conditional on
+   * its flags.
    */
-  private builder(undos: Undo[], added: SessionEvent[], row: LeanRow | undefined, tx: Queryable | undefined, read?: Set<RowFlag>): UnitBuilder {
+  private builder(undos: Undo[], added: SessionEvent[], side: SideRow[], row: LeanRow | undefined, read?: Set<RowFlag>): UnitBuilder {
     // on the fast path, record which flags the build looked at: only those condition the append
     const view: LeanRow | undefined =
       row && read
@@ -126,10 +127,7 @@ export class SessionLog {
         if (!view) throw NEEDS_LOCK
         return view
       },
-      get tx(): Queryable {
-        if (!tx) throw NEEDS_LOCK
-        return tx
-      },
+      side: (r) => void side.push(r),
       add: (draft, o) => {
         const time = Math.max(o?.time ?? Date.now(), this.state.lastTime)
         const [e] = stamp({ nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }, [draft], time)
@@ -143,17 +141,12 @@ export class SessionLog {
   /** What the row must mirror of the added events: open turn, inbox projection, usage ledger. */
   private mirror(added: SessionEvent[], patch: RowPatch): RowPatch {
     const p: RowPatch = { ...patch }
-    let usage: RowPatch['usage']
     for (const e of added) {
       if (e.type === 'turn/start') p.openTurn = (e.data as { turn: number }).turn
       else if (e.type === 'turn/end') p.openTurn = null
       else if (e.type === 'agent/inbox/spliced') p.inbox = this.state.inbox
-      const u = usageOf(e)
-      if (u) {
-        const l = ledger(u)
-        usage = usage ? { inputTokens: usage.inputTokens + l.inputTokens, outputTokens: usage.outputTokens + l.outputTokens, cacheReadTokens: usage.cacheReadTokens + l.cacheReadTokens, cacheWriteTokens: usage.cacheWriteTokens + l.cacheWriteTokens, costUsd: usage.costUsd + l.costUsd } : l
-      }
     }
+    const usage = sumUsage(added)
     if (usage) p.usage = usage
     return p
   }
@@ -161,6 +154,7 @@ export class SessionLog {
   private async commitFast<T>(build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void): Promise<CommitResult<T> | null> {
     const undos: Undo[] = []
     const added: SessionEvent[] = []
+    const side: SideRow[] = []
     const undo = () => {
       for (let i = undos.length - 1; i >= 0; i--) undos[i]()
     }
@@ -168,7 +162,7 @@ export class SessionLog {
     const known = this.row
     const read = new Set<RowFlag>()
     try {
-      out = build(this.builder(undos, added, known, undefined, read)) ?? {}
+      out = build(this.builder(undos, added, side, known, read)) ?? {}
     } catch (e) {
       undo()
       if (e === NEEDS_LOCK) return null
@@ -176,15 +170,16 @@ export class SessionLog {
     }
     if (!added.length) {
       undo()
-      // nothing to write (an empty claim, an admission with nothing new): no round trip at all
+      // nothing to write (an empty claim, an admission with nothing new): no round trip at all; a
+      // row patch or side rows alone take the locked path
       const patch = out.patch ?? {}
-      if (!Object.values(patch).some((v) => v !== undefined) && !read.size && this.row) return { events: [], value: out.value as T, row: this.row }
+      if (!Object.values(patch).some((v) => v !== undefined) && !read.size && !side.length && this.row) return { events: [], value: out.value as T, row: this.row }
       return null
     }
     let r
     try {
       const flags = read.size && known ? Object.fromEntries([...read].map((f) => [f, known[f]])) : undefined
-      r = await appendConditional(this.d.db, this.key, { nextSeq: added[0].seq, lease: this.lease, flags }, added, this.mirror(added, out.patch ?? {}))
+      r = await appendConditional(this.d.db, this.key, { nextSeq: added[0].seq, lease: this.lease, flags }, added, this.mirror(added, out.patch ?? {}), side)
     } catch (e) {
       undo()
       throw e
@@ -208,17 +203,17 @@ export class SessionLog {
     return { events: r.events, value: out.value as T, row }
   }
 
-  private async commitLocked<T>(build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void, inTx?: (tx: Queryable) => Promise<void>): Promise<CommitResult<T>> {
+  private async commitLocked<T>(build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void): Promise<CommitResult<T>> {
     const undos: Undo[] = []
     try {
       return await this.d.db.transaction(async (tx) => {
         const row = this.check(await lockLean(tx, this.key))
         await this.catchUp(tx, row)
         const added: SessionEvent[] = []
-        const out = build(this.builder(undos, added, row, tx)) ?? {}
+        const side: SideRow[] = []
+        const out = build(this.builder(undos, added, side, row)) ?? {}
         const patch = this.mirror(added, out.patch ?? {})
-        const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch)
-        if (inTx) await inTx(tx)
+        const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch, side)
         const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }
         if (patch.runState !== undefined) next.runState = patch.runState
         if (patch.cancelPending !== undefined) next.cancelPending = patch.cancelPending
@@ -255,7 +250,6 @@ export class SessionLog {
       const row = this.check(await lockLean(this.d.db, this.key, false))
       await this.catchUp(this.d.db, row)
       this.row = row
-      this.onRow?.(row)
       return row
     })
   }

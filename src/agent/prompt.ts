@@ -3,8 +3,7 @@
 
 import { Service, type Context } from 'cordis'
 import { pluginName } from '../hooks/index.js'
-import { jsonEqual, type ContentBlock, type Draft, type SessionState, type ToolSchema, type UserMessage } from '../session/index.js'
-import { newMessageId } from './messages.js'
+import { jsonEqual, newMessageId, type ContentBlock, type Draft, type SessionState, type ToolSchema, type UserMessage } from '../session/index.js'
 
 export interface PromptSection {
   name: string

@@ -3,8 +3,8 @@
 
 import crypto from 'node:crypto'
 import { ApiError, badRequest, type ErrorDetail } from '../errors.js'
-import { assertLosslessJson, canonicalJson, emptyInbox, applySplice, planClear, type Draft, type JsonObject, type SessionEvent, type SplicedData, type TokenUsage } from '../session/index.js'
-import { getSession, insertSession, lockSession, readEvents, stamp, writeEvents, type Db, type SessionRow, type SessionSpec } from '../store/index.js'
+import { assertLosslessJson, canonicalJson, emptyInbox, foldInbox, planClear, publicStatus, sumUsage, type Draft, type JsonObject, type SessionEvent, type SplicedData, type UsageTotals } from '../session/index.js'
+import { copyLogPrefix, getSession, insertSession, lockSession, readEvents, stamp, writeEvents, type Db, type SessionRow, type SessionSpec } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 
@@ -29,7 +29,7 @@ export interface SessionObject {
   createdAt: string
   updatedAt: string
   metadata: JsonObject
-  usage: { inputTokens: number; outputTokens: number; cacheReadTokens: number; cacheWriteTokens: number; costUsd: number }
+  usage: UsageTotals
 }
 
 export function sessionObject(r: SessionRow): SessionObject {
@@ -37,7 +37,7 @@ export function sessionObject(r: SessionRow): SessionObject {
     id: r.id,
     title: r.title,
     model: r.model,
-    status: r.runState === 'wanted' || r.runState === 'running' ? 'running' : 'idle',
+    status: publicStatus(r.runState),
     headSeq: r.nextSeq - 1,
     createdAt: new Date(r.createdAt).toISOString(),
     updatedAt: new Date(r.updatedAt).toISOString(),
@@ -57,27 +57,6 @@ export interface CreateBody {
 }
 
 export const newSessionId = () => `ses_${crypto.randomBytes(12).toString('base64url')}`
-
-/** Usage an event adds to the session ledger: settled attempts and compaction summaries (API.md §4). */
-export function usageOf(e: SessionEvent): TokenUsage | undefined {
-  const d = e.data as Record<string, unknown>
-  if (e.type === 'assistant/message' || e.type === 'compaction/summary') return d.usage as TokenUsage | undefined
-  if (e.type === 'assistant/attempt') {
-    const records = (d.stream as Array<{ type: string; chunk?: { type: string; usage?: TokenUsage } }>) ?? []
-    for (let i = records.length - 1; i >= 0; i--) if (records[i].type === 'chunk' && records[i].chunk?.type === 'usage') return records[i].chunk!.usage
-  }
-  return undefined
-}
-
-export function ledger(u: TokenUsage | undefined) {
-  return {
-    inputTokens: u?.inputTokens ?? 0,
-    outputTokens: u?.outputTokens ?? 0,
-    cacheReadTokens: u?.cacheReadTokens ?? 0,
-    cacheWriteTokens: u?.cacheWriteTokens ?? 0,
-    costUsd: u?.costUsd ?? 0,
-  }
-}
 
 export class Sessions {
   constructor(
@@ -170,20 +149,8 @@ export class Sessions {
       }
     }
     const prefix = events.filter((e) => e.seq <= boundary)
-    const inbox = emptyInbox()
-    const usage = ledger(undefined)
-    for (const e of prefix) {
-      if (e.type === 'agent/inbox/spliced') applySplice(inbox, e.data as unknown as SplicedData)
-      const u = usageOf(e)
-      if (u) {
-        const l = ledger(u)
-        usage.inputTokens += l.inputTokens
-        usage.outputTokens += l.outputTokens
-        usage.cacheReadTokens += l.cacheReadTokens
-        usage.cacheWriteTokens += l.cacheWriteTokens
-        usage.costUsd += l.costUsd
-      }
-    }
+    const inbox = foldInbox(prefix.filter((e) => e.type === 'agent/inbox/spliced').map((e) => e.data as unknown as SplicedData))
+    const usage = sumUsage(prefix)
     const now = Date.now()
     const child = await this.d.db.transaction(async (tx) => {
       const spec: SessionSpec = { model: source.model, system: source.system, tools: source.tools, metadata: source.metadata }
@@ -192,15 +159,7 @@ export class Sessions {
       const id = newSessionId()
       const row = await insertSession(tx, { ...spec, key: crypto.randomUUID(), tenantId: source.tenantId, id, createHash: crypto.createHash('sha256').update(`fork:${id}`).digest('hex'), createdAt: now })
       if (!row) throw new Error('fork: fresh session id collided')
-      if (prefix.length) {
-        await tx.query('INSERT INTO session_events (session_key, seq, time, type, body) SELECT $1, seq, time, type, body FROM session_events WHERE session_key = $2 AND seq <= $3', [row.key, source.key, boundary])
-        const last = prefix[prefix.length - 1]
-        await tx.query(
-          `UPDATE sessions SET next_seq = $2, last_time = $3, updated_at = $3, inbox = $4,
-             input_tokens = $5, output_tokens = $6, cache_read_tokens = $7, cache_write_tokens = $8, cost_usd = $9 WHERE key = $1`,
-          [row.key, last.seq + 1, last.time, JSON.stringify(inbox), usage.inputTokens, usage.outputTokens, usage.cacheReadTokens, usage.cacheWriteTokens, usage.costUsd],
-        )
-      }
+      if (prefix.length) await copyLogPrefix(tx, source.key, row.key, prefix[prefix.length - 1], { inbox, usage })
       const locked = (await lockSession(tx, row.key))!
       const drafts: Draft[] = planClear(inbox).map((d) => ({ type: 'agent/inbox/spliced', data: d as unknown as Draft['data'] }))
       drafts.push({ type: 'session/end-seed', data: {} })

@@ -2,4 +2,4 @@
 export * from './local.js'
 export { PgBus, type PgBusOptions } from './pg.js'
 export * from './feed.js'
-export { LiveAttempts } from './attempts.js'
+export { LiveAttempts, type TrackedAttempt } from './attempts.js'

@@ -4,12 +4,12 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { sessionNotFound } from '../errors.js'
-import { sessionObject } from '../agent/index.js'
+import { publicStatus } from '../session/index.js'
 import { getSession, type SessionRow } from '../store/index.js'
 import type { HttpDeps } from './deps.js'
 
 /** The status clients see (API.md §4), the same on the session object and the stream's agent/status. */
-export const sessionStatus = (row: SessionRow) => sessionObject(row).status
+export const sessionStatus = (row: SessionRow) => publicStatus(row.runState)
 
 /** The loaded session of a `session: true` route. */
 export const sessionOf = (req: FastifyRequest): SessionRow => req.session!

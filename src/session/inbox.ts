@@ -11,6 +11,9 @@ export class InboxError extends Error {
 
 export const emptyInbox = (): Inbox => ({ nextTurn: [], nextStep: [] })
 
+/** Whether anything is pending in either list: work for a turn (SPEC §5.3). */
+export const hasPending = (inbox: Inbox): boolean => inbox.nextTurn.length > 0 || inbox.nextStep.length > 0
+
 export const listOf = (inbox: Inbox, target: InboxTarget): UserMessage[] => (target === 'next-turn' ? inbox.nextTurn : inbox.nextStep)
 
 /** SPEC §4.2 step 1: array-splice normalization of (start, deleteCount) against a list length. */
@@ -121,4 +124,43 @@ export function findPending(inbox: Inbox, id: string): { target: InboxTarget; in
     if (index >= 0) return { target, index, message: list[index] }
   }
   return undefined
+}
+
+// ---- delivery (SPEC §4.4) ----
+
+export type DeliveryRoute = 'followup' | 'steer' | 'inject'
+
+export const ROUTE_TARGET: Record<DeliveryRoute, InboxTarget> = { followup: 'next-turn', steer: 'next-step', inject: 'next-step' }
+export const ROUTE_WAKES: Record<DeliveryRoute, boolean> = { followup: true, steer: true, inject: false }
+
+/** What the accepting side knows when it routes a delivery. */
+export interface DeliveryView {
+  /** nothing runs and no wake is wanted yet: a waking delivery records one */
+  idle: boolean
+  /** maintenance runs: a waking delivery latches (SPEC §5.4) */
+  maintenance: boolean
+  /** a cancel is pending or its activity still converging: waking input goes to next-turn and latches */
+  cancelling: boolean
+}
+
+/** A delivery's splice and the row flags it sets: a wake request (`runState: 'wanted'`) or the latch. */
+export interface DeliveryPlan {
+  target: InboxTarget
+  splice: SplicedData
+  flags: { runState?: 'wanted'; wakeLatched?: true }
+}
+
+/**
+ * SPEC §4.4 send(): appends the message to its route's list (next-turn while cancelling, for waking
+ * input) and says whether it records a wake or latches. Throws InboxError for an id already pending.
+ */
+export function planDelivery(inbox: Inbox, route: DeliveryRoute, message: UserMessage, at: DeliveryView): DeliveryPlan {
+  const wakes = ROUTE_WAKES[route]
+  const target: InboxTarget = wakes && at.cancelling ? 'next-turn' : ROUTE_TARGET[route]
+  const splice = planSplice(inbox, target, listOf(inbox, target).length, 0, [message])!
+  const flags: DeliveryPlan['flags'] = {}
+  // a live, non-aborted driver claims the input itself: nothing to record (SPEC §5.4)
+  if (wakes && (at.cancelling || at.maintenance)) flags.wakeLatched = true
+  else if (wakes && at.idle) flags.runState = 'wanted'
+  return { target, splice, flags }
 }

@@ -4,6 +4,7 @@
 import type { Draft, SessionEvent } from '../session/index.js'
 import type { Queryable } from './db.js'
 import { rowSets, updateRow, type RowPatch, type RunState } from './sessions.js'
+import { sideCtes, writeSideRows, type SideRow } from './side.js'
 
 /** What an append needs of the locked row; writeEvents moves it forward. */
 export interface LogPosition {
@@ -43,10 +44,10 @@ export function stamp(row: { nextSeq: number; lastTime: number }, drafts: readon
 }
 
 /**
- * Writes stamped events of a locked row and moves the row (next_seq, last_time and the patch) in
- * the caller's transaction. The events must continue the row's seq exactly.
+ * Writes stamped events of a locked row, moves the row (next_seq, last_time and the patch) and writes
+ * the unit's side rows, in the caller's transaction. The events must continue the row's seq exactly.
  */
-export async function writeEvents(tx: Queryable, row: LogPosition, events: readonly SessionEvent[], patch: RowPatch = {}): Promise<StoredEvent[]> {
+export async function writeEvents(tx: Queryable, row: LogPosition, events: readonly SessionEvent[], patch: RowPatch = {}, side: readonly SideRow[] = []): Promise<StoredEvent[]> {
   const out = events.map((e) => stored(e))
   if (out.length) {
     if (out[0].seq !== row.nextSeq) throw new Error(`append at seq ${out[0].seq} but the log is at ${row.nextSeq}`)
@@ -60,15 +61,17 @@ export async function writeEvents(tx: Queryable, row: LogPosition, events: reado
     row.lastTime = last.time
     row.updatedAt = last.time
   } else await updateRow(tx, row.key, null, patch)
+  await writeSideRows(tx, row.key, side)
   return out
 }
 
 /**
  * An append in ONE statement, without a transaction of its own: the row moves only if it is still at
  * `expect.nextSeq`, under the given lease (the driver's fence) and with the given flags (what the
- * caller decided on), and the events (and an idempotency record) are inserted only if it moved.
+ * caller decided on), and the events and the unit's side rows are inserted only if it moved.
  * Returns the row flags, or null when a condition failed: the caller then reads again or takes the
- * locked path. A duplicate idempotency record makes the statement fail as a whole.
+ * locked path. A side row that violates a constraint (a duplicate idempotency record) fails the
+ * statement as a whole.
  */
 export async function appendConditional(
   db: Queryable,
@@ -76,7 +79,7 @@ export async function appendConditional(
   expect: { nextSeq: number; lease?: { owner: string; token: number }; flags?: { runState?: RunState; cancelPending?: boolean; wakeLatched?: boolean } },
   events: readonly SessionEvent[],
   patch: RowPatch = {},
-  idempotency?: { messageId: string; route: string; bodyHash: string },
+  side: readonly SideRow[] = [],
 ): Promise<{ events: StoredEvent[]; runState: RunState; cancelPending: boolean; wakeLatched: boolean } | null> {
   const out = events.map((e) => stored(e))
   if (!out.length || out[0].seq !== expect.nextSeq) throw new Error('appendConditional needs events that continue the expected seq')
@@ -94,16 +97,7 @@ export async function appendConditional(
     where += ` AND ${column[k as keyof typeof column]} = $${params.length}`
   }
   const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, patch, params)
-  let idem = ''
-  if (idempotency) {
-    params.push(idempotency.messageId, idempotency.route, idempotency.bodyHash, out[0].seq, Date.now())
-    const i = params.length
-    idem = `, idem AS (
-       INSERT INTO idempotency (session_key, message_id, route, body_hash, seq, created_at)
-       SELECT $1, $${i - 4}, $${i - 3}, $${i - 2}, $${i - 1}, $${i} WHERE EXISTS (SELECT 1 FROM moved)
-       RETURNING 1
-     )`
-  }
+  const sides = sideCtes(side, params)
   params.push(out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), out.map((e) => e.json))
   const n = params.length
   const { rows } = await db.query<{ run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number }>(
@@ -115,7 +109,7 @@ export async function appendConditional(
        SELECT $1, e.seq, e.time, e.type, e.body FROM unnest($${n - 3}::int[], $${n - 2}::bigint[], $${n - 1}::text[], $${n}::text[]) AS e(seq, time, type, body)
        WHERE EXISTS (SELECT 1 FROM moved)
        RETURNING 1
-     )${idem}
+     )${sides}
      SELECT m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM ins) AS n FROM moved m`,
     params,
   )
@@ -150,4 +144,14 @@ export async function readSurfaceEvents(db: Queryable, key: string): Promise<Ses
     [key],
   )
   return rows.map((r) => JSON.parse(r.body) as SessionEvent)
+}
+
+/**
+ * Fork (API.md §9): copies the source's events up to `through` verbatim into the child's log, in the
+ * caller's transaction, and moves the child row to the copy's end with the given inbox and usage.
+ */
+export async function copyLogPrefix(tx: Queryable, from: string, to: string, through: { seq: number; time: number }, patch: Pick<RowPatch, 'inbox' | 'usage'>): Promise<void> {
+  await tx.query('INSERT INTO session_events (session_key, seq, time, type, body) SELECT $1, seq, time, type, body FROM session_events WHERE session_key = $2 AND seq <= $3', [to, from, through.seq])
+  // a fresh child's usage is 0, so the ledger's addition sets it
+  await updateRow(tx, to, { nextSeq: through.seq + 1, lastTime: through.time }, patch)
 }

@@ -17,12 +17,20 @@ export interface PendingCall {
 type Raw = { call_id: string; kind: PendingKind; name: string; arguments: string; answered: boolean; answer: string | null }
 const toCall = (r: Raw): PendingCall => ({ callId: r.call_id, kind: r.kind, name: r.name, arguments: r.arguments, answered: r.answered, answer: r.answer === null ? undefined : JSON.parse(r.answer) })
 
-export async function insertPending(db: Queryable, key: string, c: { callId: string; kind: PendingKind; name: string; arguments: string }): Promise<void> {
-  await db.query(
-    `INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at) VALUES ($1, $2, $3, $4, $5, $6)
-     ON CONFLICT (session_key, call_id) DO UPDATE SET kind = EXCLUDED.kind, answered = false, answer = NULL`,
-    [key, c.callId, c.kind, c.name, c.arguments, Date.now()],
-  )
+/** Side row (side.ts): a call starts waiting — a new row, or a re-opened one (SPEC §18.10). */
+export function pendingInsertSql(c: { callId: string; kind: PendingKind; name: string; arguments: string }, params: unknown[], when: string): string {
+  params.push(c.callId, c.kind, c.name, c.arguments, Date.now())
+  const n = params.length
+  return `INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at)
+     SELECT $1, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n} WHERE ${when}
+     ON CONFLICT (session_key, call_id) DO UPDATE SET kind = EXCLUDED.kind, answered = false, answer = NULL`
+}
+
+/** Side row (side.ts): settlement deletes its call's row; crash repair (no callIds) every row. */
+export function pendingDeleteSql(callIds: string[] | undefined, params: unknown[], when: string): string {
+  if (callIds === undefined) return `DELETE FROM pending_calls WHERE session_key = $1 AND ${when}`
+  params.push(callIds)
+  return `DELETE FROM pending_calls WHERE session_key = $1 AND call_id = ANY($${params.length}::text[]) AND ${when}`
 }
 
 export async function listPending(db: Queryable, key: string, onlyUnanswered = true): Promise<PendingCall[]> {
@@ -42,9 +50,4 @@ export async function getPending(db: Queryable, key: string, callId: string): Pr
 export async function answerPending(db: Queryable, key: string, callId: string, kind: PendingKind, answer: unknown): Promise<boolean> {
   const r = await db.query('UPDATE pending_calls SET answered = true, answer = $4 WHERE session_key = $1 AND call_id = $2 AND kind = $3 AND NOT answered', [key, callId, kind, JSON.stringify(answer)])
   return r.rowCount > 0
-}
-
-export async function deletePending(db: Queryable, key: string, callIds?: string[]): Promise<void> {
-  if (callIds === undefined) await db.query('DELETE FROM pending_calls WHERE session_key = $1', [key])
-  else if (callIds.length) await db.query('DELETE FROM pending_calls WHERE session_key = $1 AND call_id = ANY($2::text[])', [key, callIds])
 }

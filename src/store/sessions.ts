@@ -1,80 +1,13 @@
 // Session rows: what a session is (model, prompt, tools), where its log stands (next_seq, last_time,
-// the inbox projection), its run state and lease, and its usage ledger.
+// the inbox projection), its run state and its usage ledger. Leases are in leases.ts.
 
-import type { Inbox, Json, JsonObject } from '../session/index.js'
+import type { Inbox, Json, RunState, UsageTotals } from '../session/index.js'
 import type { Queryable } from './db.js'
+import { COLUMNS, toRow, type Raw, type SessionRow, type SessionSpec } from './rows.js'
 
-export type RunState = 'idle' | 'wanted' | 'running' | 'maintenance'
+export type { RunState }
 
-export interface SessionSpec {
-  model: string
-  system: string
-  tools: JsonObject[]
-  maxTokens?: number
-  reasoningEffort?: string
-  metadata: JsonObject
-}
-
-export interface SessionRow extends SessionSpec {
-  key: string
-  tenantId: string
-  id: string
-  title: string | null
-  createHash: string
-  createdAt: number
-  nextSeq: number
-  lastTime: number
-  updatedAt: number
-  openTurn: number | null
-  runState: RunState
-  cancelPending: boolean
-  wakeLatched: boolean
-  leaseOwner: string | null
-  leaseToken: number
-  leaseExpiresAt: number | null
-  usage: { inputTokens: number; outputTokens: number; cacheReadTokens: number; cacheWriteTokens: number; costUsd: number }
-}
-
-const COLUMNS = `key, tenant_id, id, title, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at,
-  next_seq, last_time, updated_at, open_turn, run_state, cancel_pending, wake_latched, lease_owner, lease_token, lease_expires_at,
-  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd`
-
-type Raw = Record<string, unknown>
-
-function toRow(r: Raw): SessionRow {
-  const row: SessionRow = {
-    key: r.key as string,
-    tenantId: r.tenant_id as string,
-    id: r.id as string,
-    title: (r.title as string | null) ?? null,
-    model: r.model as string,
-    system: r.system as string,
-    tools: JSON.parse(r.tools as string),
-    metadata: JSON.parse(r.metadata as string),
-    createHash: r.create_hash as string,
-    createdAt: Number(r.created_at),
-    nextSeq: r.next_seq as number,
-    lastTime: Number(r.last_time),
-    updatedAt: Number(r.updated_at),
-    openTurn: (r.open_turn as number | null) ?? null,
-    runState: r.run_state as RunState,
-    cancelPending: r.cancel_pending as boolean,
-    wakeLatched: r.wake_latched as boolean,
-    leaseOwner: (r.lease_owner as string | null) ?? null,
-    leaseToken: Number(r.lease_token),
-    leaseExpiresAt: r.lease_expires_at === null ? null : Number(r.lease_expires_at),
-    usage: {
-      inputTokens: Number(r.input_tokens),
-      outputTokens: Number(r.output_tokens),
-      cacheReadTokens: Number(r.cache_read_tokens),
-      cacheWriteTokens: Number(r.cache_write_tokens),
-      costUsd: Number(r.cost_usd),
-    },
-  }
-  if (r.max_tokens !== null && r.max_tokens !== undefined) row.maxTokens = r.max_tokens as number
-  if (r.reasoning_effort !== null && r.reasoning_effort !== undefined) row.reasoningEffort = r.reasoning_effort as string
-  return row
-}
+export type { SessionRow, SessionSpec }
 
 export interface NewSession extends SessionSpec {
   key: string
@@ -146,15 +79,6 @@ function toLean(r: Raw): LeanRow {
 export async function lockLean(db: Queryable, key: string, lock = true): Promise<LeanRow | undefined> {
   const { rows } = await db.query<Raw>(`SELECT ${LEAN} FROM sessions WHERE key = $1${lock ? ' FOR UPDATE' : ''}`, [key])
   return rows[0] ? toLean(rows[0]) : undefined
-}
-
-/** The database clock in epoch ms: lease times never depend on a process's clock. */
-export const NOW_MS = '(extract(epoch from clock_timestamp()) * 1000)::bigint'
-
-/** Takes the lease of a row the caller has locked: a new fencing token, expiry in ttlMs. */
-export async function takeLease(db: Queryable, key: string, owner: string, ttlMs: number): Promise<SessionRow> {
-  const { rows } = await db.query<Raw>(`UPDATE sessions SET lease_owner = $2, lease_token = lease_token + 1, lease_expires_at = ${NOW_MS} + $3 WHERE key = $1 RETURNING ${COLUMNS}`, [key, owner, ttlMs])
-  return toRow(rows[0])
 }
 
 /**
@@ -229,7 +153,7 @@ export interface RowPatch {
   runState?: RunState
   cancelPending?: boolean
   wakeLatched?: boolean
-  usage?: { inputTokens: number; outputTokens: number; cacheReadTokens: number; cacheWriteTokens: number; costUsd: number }
+  usage?: UsageTotals
 }
 
 /** Moves the row after an append (or alone, with no events). */

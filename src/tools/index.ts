@@ -1,5 +1,7 @@
-// The tools' door: built-in tool registration, the scheduler of SPEC §11, http tools and their address guard.
+// The tools' door: built-in tool registration, the pipeline and scheduler of SPEC §11, http tools and
+// their address guard.
 export { ToolRegistry, type BuiltinTool, type RegisteredTool, type ToolContext, type ToolResultValue } from './registry.js'
 export { runToolBatch, parseToolArguments, type PrepareDecision, type ToolCallPlan, type ToolHost } from './scheduler.js'
+export { runToolCalls, planToolCalls, toolResultDraft, errorResult, ABORTED_BEFORE_DISPATCH, type ToolEnv, type ToolEffects, type ToolOutcome, type ToolSpec, type FinishedCall } from './pipeline.js'
 export { callHttpTool, DEFAULT_HTTP_TOOL_TIMEOUT_MS, type HttpToolOutcome } from './http.js'
 export { parseToolHosts, checkToolUrl, type HostPolicy } from './hosts.js'

@@ -3,8 +3,7 @@
 
 import { Service, type Context } from 'cordis'
 import { pluginName } from '../hooks/index.js'
-import type { ContentBlock, JsonObject } from '../session/index.js'
-import type { MessageInput } from '../agent/index.js'
+import type { ContentBlock, JsonObject, MessageInput } from '../session/index.js'
 
 export interface ToolResultValue {
   content: string | ContentBlock[]

@@ -5,11 +5,12 @@
 import crypto from 'node:crypto'
 import os from 'node:os'
 import type { Logger } from 'pino'
-import { Agent, attach, errorChain, LeaseLostError, type AgentDeps, type AgentSpec, type Lease } from '../agent/index.js'
+import { Agent, attach, errorChain, type AgentDeps, type AgentHost, type AgentSpec, type Lease } from '../agent/index.js'
 import type { Bus } from '../bus/index.js'
-import { getSessionByKey, NOW_MS, takeLease, type Db, type Queryable, type SessionRow } from '../store/index.js'
+import { claimLease, getSessionByKey, releaseIfIdle, releaseLease, renewLeases, takeoverCandidates, type Db, type Queryable, type SessionRow } from '../store/index.js'
 import type { KeyedMutex, Publisher } from '../agent/index.js'
 import type { Metrics } from '../metrics.js'
+import type { ToolSpec } from '../tools/index.js'
 
 
 export interface HostOptions {
@@ -23,7 +24,7 @@ export interface HostOptions {
   idleReleaseMs: number
   /** how often workers look for sessions to take over (SPEC §13.3a: within 2 s) */
   scanMs?: number
-  agentDeps: Omit<AgentDeps, 'makeLog'> & { makeLog: AgentDeps['makeLog'] }
+  agentDeps: AgentDeps
 }
 
 interface Held {
@@ -98,17 +99,10 @@ export class WorkerHost {
     let attached
     try {
       attached = await attach({ db, mutex: this.o.mutex, publisher: this.o.publisher }, key, async (tx: Queryable) => {
-        const lock = opts.skipLocked ? 'FOR UPDATE SKIP LOCKED' : 'FOR UPDATE'
-        const { rows: cand } = await tx.query<{ lease_owner: string | null; expired: boolean }>(
-          `SELECT lease_owner, (lease_expires_at IS NULL OR lease_expires_at < ${NOW_MS}) AS expired FROM sessions WHERE key = $1 ${lock}`,
-          [key],
-        )
-        const c = cand[0]
+        const c = await claimLease(tx, key, this.owner, this.o.leaseTtlMs, opts)
         if (!c) return null
-        if (c.lease_owner !== null && c.lease_owner !== this.owner && !c.expired) return null
-        takeover = c.lease_owner !== null && c.lease_owner !== this.owner
-        const row = await takeLease(tx, key, this.owner, this.o.leaseTtlMs)
-        return { row, lease: { owner: this.owner, token: row.leaseToken } satisfies Lease }
+        takeover = c.takeover
+        return { row: c.row, lease: { owner: this.owner, token: c.row.leaseToken } satisfies Lease }
       })
     } catch (e) {
       log.error({ err: errorChain(e), sessionKey: key }, 'could not attach the session; it is not driven for a minute')
@@ -124,18 +118,11 @@ export class WorkerHost {
     this.o.metrics?.leaseClaims.inc()
     if (takeover || attached.repaired) this.o.metrics?.takeovers.inc()
     const r = attached.row
-    const spec: AgentSpec = { model: r.model, system: r.system, tools: r.tools as Array<Record<string, unknown>>, ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}), ...(r.reasoningEffort !== undefined ? { reasoningEffort: r.reasoningEffort } : {}) }
-    const agent = new Agent(this.o.agentDeps as AgentDeps, r, attached.state, spec, attached.lease)
+    const spec: AgentSpec = { model: r.model, system: r.system, tools: r.tools as unknown as ToolSpec[], ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}), ...(r.reasoningEffort !== undefined ? { reasoningEffort: r.reasoningEffort } : {}) }
+    const agent = new Agent(this.o.agentDeps, attached, spec, this.agentHost)
     const held: Held = { agent, idleSince: Date.now() }
     this.held.set(key, held)
-    agent.onLost = (e: LeaseLostError) => {
-      log.warn({ sessionId: r.id, reason: e.reason }, 'lease lost; the Agent stopped')
-      this.held.delete(key)
-    }
-    agent.onFatal = () => {
-      void this.drop(key, { release: true })
-    }
-    agent.listen((l) => this.o.bus.subscribe(key, l))
+    agent.listen()
     const handleFor = (plugin: string) => agent.handle(plugin || 'agentd')
     this.o.publisher.live({ key, id: r.id }, 'agent/created', {}, handleFor)
     this.o.publisher.live({ key, id: r.id }, 'agent/session-start', { source: attached.source }, handleFor)
@@ -143,6 +130,15 @@ export class WorkerHost {
     // SPEC §18.5: a run state other than idle is an unspent wake
     if (r.runState !== 'idle') void agent.wakeDurable()
     return agent
+  }
+
+  /** What an Agent may tell the host about itself. */
+  private readonly agentHost: AgentHost = {
+    leaseLost: (agent, e) => {
+      this.o.log.warn({ sessionId: agent.id, reason: e.reason }, 'lease lost; the Agent stopped')
+      if (this.held.get(agent.key)?.agent === agent) this.held.delete(agent.key)
+    },
+    cannotAppend: (agent) => void this.drop(agent.key, { release: true }),
   }
 
   /** Extends every held lease; any we no longer hold stops its Agent at once. */
@@ -154,19 +150,13 @@ export class WorkerHost {
     const keys = [...this.held.keys()]
     try {
       // rows locked in key order, one renewal at a time: no lock cycle with other renewals or appends
-      const { rows } = await this.o.db.query<{ key: string; lease_token: number }>(
-        `UPDATE sessions s SET lease_expires_at = ${NOW_MS} + $3
-         FROM (SELECT key FROM sessions WHERE key = ANY($1::uuid[]) AND lease_owner = $2 ORDER BY key FOR UPDATE) k
-         WHERE s.key = k.key RETURNING s.key, s.lease_token`,
-        [keys, this.owner, this.o.leaseTtlMs],
-      )
-      const still = new Map(rows.map((r) => [r.key, Number(r.lease_token)]))
+      const still = await renewLeases(this.o.db, keys, this.owner, this.o.leaseTtlMs)
       for (const key of keys) {
         const h = this.held.get(key)
         if (!h) continue
-        if (still.get(key) !== h.agent.log.lease.token) {
+        if (still.get(key) !== h.agent.lease.token) {
           const deleted = !(await getSessionByKey(this.o.db, key))
-          h.agent.log.row = undefined
+          h.agent.forgetRow()
           void h.agent.dispose()
           this.held.delete(key)
           this.o.log.warn({ sessionId: h.agent.id, deleted }, deleted ? 'session deleted; its Agent stopped' : 'lease lost at renewal; the Agent stopped')
@@ -183,10 +173,7 @@ export class WorkerHost {
   private async scan(): Promise<void> {
     if (this.stopping) return
     try {
-      const { rows } = await this.o.db.query<{ key: string }>(
-        `SELECT key FROM sessions WHERE (run_state <> 'idle' OR open_turn IS NOT NULL) AND (lease_owner IS NULL OR lease_expires_at < ${NOW_MS}) ORDER BY lease_expires_at NULLS FIRST LIMIT 50`,
-      )
-      for (const r of rows) if (!this.held.has(r.key)) void this.claim(r.key, { skipLocked: true })
+      for (const key of await takeoverCandidates(this.o.db)) if (!this.held.has(key)) void this.claim(key, { skipLocked: true })
     } catch (e) {
       this.o.log.debug?.({ err: errorChain(e) }, 'takeover scan failed')
     }
@@ -214,14 +201,7 @@ export class WorkerHost {
     try {
       if (o.onlyIfIdle) {
         // atomically: only an idle row with our lease is released; a delivery meanwhile keeps it
-        const released = await this.o.mutex.run(key, () =>
-          this.o.db.transaction(async (tx) => {
-            const { rows } = await tx.query<{ run_state: string }>('SELECT run_state FROM sessions WHERE key = $1 AND lease_owner = $2 AND lease_token = $3 FOR UPDATE', [key, this.owner, h.agent.log.lease.token])
-            if (!rows[0] || rows[0].run_state !== 'idle' || h.agent.busy) return false
-            await tx.query('UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE key = $1', [key])
-            return true
-          }),
-        )
+        const released = await this.o.mutex.run(key, () => releaseIfIdle(this.o.db, key, this.owner, h.agent.lease.token, () => !h.agent.busy))
         if (!released) {
           h.releasing = false
           h.idleSince = undefined
@@ -234,7 +214,7 @@ export class WorkerHost {
       }
       await h.agent.dispose()
       this.held.delete(key)
-      if (o.release) await this.releaseRow(key, h.agent.log.lease.token)
+      if (o.release) await this.releaseRow(key, h.agent.lease.token)
     } catch (e) {
       this.o.log.warn({ err: errorChain(e), sessionId: h.agent.id }, 'release failed')
       this.held.delete(key)
@@ -242,7 +222,7 @@ export class WorkerHost {
   }
 
   private async releaseRow(key: string, token?: number): Promise<void> {
-    await this.o.db.query(`UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE key = $1 AND lease_owner = $2 ${token !== undefined ? 'AND lease_token = $3' : ''}`, token !== undefined ? [key, this.owner, token] : [key, this.owner])
+    await releaseLease(this.o.db, key, this.owner, token)
   }
 
   /** A session was deleted: stop its Agent without writing. */

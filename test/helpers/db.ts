@@ -6,7 +6,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
-import { inject } from 'vitest'
+import { afterAll, beforeAll, inject } from 'vitest'
 import { openPg, openPglite, type Db } from '../../src/store/index.js'
 import { adminUrl, baseUrl } from './db-urls.js'
 
@@ -90,4 +90,22 @@ export async function openTestDb(kind: DbKind): Promise<TestDb> {
       fs.rmSync(dir, { recursive: true, force: true })
     },
   }
+}
+
+/**
+ * In a describe block: a fresh database with one tenant, opened before its tests and dropped after
+ * them. `db` is set once the block's beforeAll ran.
+ */
+export function tenantDb(kind: DbKind, name: string): { db: Db; tenantId: string } {
+  const env = { tenantId: crypto.randomUUID() } as { db: Db; tenantId: string }
+  let t: TestDb | undefined
+  beforeAll(async () => {
+    t = await openTestDb(kind)
+    env.db = t.db
+    await env.db.query('INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)', [env.tenantId, name, Date.now()])
+  })
+  afterAll(async () => {
+    await t?.drop()
+  })
+  return env
 }

@@ -54,12 +54,13 @@ describe.each(DB_KINDS)('the inbox over HTTP on %s', (kind) => {
     const m2 = { id: 'ctx-2', role: 'user', content: blocks, source: { kind: 'user' } }
     expect((await t.events(s.id))[1].data).toEqual({ target: 'next-step', start: 1, inserted: [m2] })
     expect(await inbox(s.id)).toEqual({ nextTurn: [], nextStep: [m, m2] })
-    // an idle inject opens no turn and calls no model: the log holds only its splices
-    await new Promise((res) => setTimeout(res, 300))
+    // an idle inject opens no turn and calls no model: it records no wake request (status idle is
+    // run_state idle, SPEC §18.4), and the log holds only its splices
+    expect((await t.api('GET', `/v1/sessions/${s.id}`)).body.status).toBe('idle')
     expect(types(await t.events(s.id))).toEqual(['agent/inbox/spliced', 'agent/inbox/spliced'])
     expect(t.models.requestsOf(s.id)).toEqual([])
-    expect((await t.api('GET', `/v1/sessions/${s.id}`)).body.status).toBe('idle')
-    // the next waking delivery takes the parked context into its turn: context first, then the prompt
+    // the next waking delivery takes the parked context into its turn: context first, then the prompt;
+    // that it is turn 1 right after the splices shows no turn opened in between
     t.models.script(s.id, { text: ['ok'] })
     const f = await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'now go', id: 'go-1' })
     expect(f.body).toEqual({ messageId: 'go-1', seq: 2 })
@@ -67,6 +68,7 @@ describe.each(DB_KINDS)('the inbox over HTTP on %s', (kind) => {
     expectValidLog(log)
     expect(types(log).slice(0, 4)).toEqual(['agent/inbox/spliced', 'agent/inbox/spliced', 'agent/inbox/spliced', 'turn/start'])
     expect(log.filter((e) => e.type === 'user/message').map((e) => e.data)).toEqual([m, m2, userMsg('go-1', 'now go')])
+    expect(t.models.requestsOf(s.id)).toHaveLength(1)
     expect(await inbox(s.id)).toEqual({ nextTurn: [], nextStep: [] })
   })
 
@@ -112,7 +114,8 @@ describe.each(DB_KINDS)('the inbox over HTTP on %s', (kind) => {
     const late = await t.api('POST', `/v1/sessions/${s.id}/followup`, body)
     expect(late.status).toBe(202)
     expect(late.body).toEqual(first.body)
-    await new Promise((res) => setTimeout(res, 200))
+    // a replay writes nothing and records no wake request: the session stays idle, so no turn can follow
+    expect((await t.api('GET', `/v1/sessions/${s.id}`)).body.status).toBe('idle')
     expect(await t.events(s.id)).toEqual(log)
     expect(log.filter((e) => e.type === 'turn/start').length).toBe(1)
     expect(log.filter((e) => e.type === 'agent/inbox/spliced' && (e.data as any).inserted.length).length).toBe(1)

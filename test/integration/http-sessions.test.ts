@@ -393,10 +393,12 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
       ])
       expect((await t.api('GET', `/v1/sessions/${r.body.id}/inbox`)).body).toEqual({ nextTurn: [], nextStep: [] })
       expect(r.body.status).toBe('idle')
-      // the cancelled prompt does not run in the child
-      await new Promise((res) => setTimeout(res, 200))
-      expect(t.models.requestsOf(r.body.id)).toEqual([])
-      expect((await t.events(r.body.id)).length).toBe(evs.length)
+      // the cancelled prompt does not run in the child: it has no wake request (idle), and its next
+      // waking delivery opens the turn right after the seed, with only the new prompt and one model call
+      const after = (await runTurn(r.body.id, 2, 'child', { input: 1, output: 1 })).slice(evs.length)
+      expect(types(after).slice(0, 2)).toEqual(['agent/inbox/spliced', 'turn/start'])
+      expect(after.filter((e) => e.type === 'user/message').map((e) => (e.data as any).content[0].text)).toEqual(['prompt 2'])
+      expect(t.models.requestsOf(r.body.id)).toHaveLength(1)
     })
 
     it('a fork while a turn is open: 409 fork-unavailable for the whole log and for an atSeq inside the open turn', async () => {

@@ -101,6 +101,8 @@ class Probe extends Journal {
             return next()
           })
           ctx.on('session/event', (e: any) => this.log(e.sessionId, `event:${e.type}`))
+          // after post-processing, right before the result's commit (SPEC §11.6)
+          ctx.on('tools/result', (p: any) => this.log(p.agent.id, `result:${p.call.callId}`))
         },
       })
   }
@@ -311,8 +313,9 @@ describe.each(DB_KINDS)('SPEC §16.7 tools on %s', (kind) => {
     await until('calls b and c to run', () => probe.lines(s.id).includes('start:b') && probe.lines(s.id).includes('start:c'))
     probe.gate(s.id, 'b').open()
     await t.waitFor(s.id, (e) => e.type === 'tool/result' && callOf(e) === 'c1')
-    // give the failed commit time to happen; the turn must still wait for call c
-    await sleep(300)
+    // the probe: call 2 reached its commit, which fails on the duplicate context id without a
+    // database round trip; call c is held, so the turn cannot have ended
+    await until('call 2 to reach its commit', () => probe.lines(s.id).includes('result:c2'))
     expect(types(await t.events(s.id))).not.toContain('turn/end')
     probe.gate(s.id, 'c').open()
     const evs = await t.waitForTurnEnd(s.id, 1)

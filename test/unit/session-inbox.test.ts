@@ -1,5 +1,6 @@
 // The inbox fold of SPEC §4: splice normalization (§4.2), no-op splices, id uniqueness, the fold
-// and its fatal load errors (§4.1), claim (§4.5) and clear (§4.3).
+// and its fatal load errors (§4.1), claim (§4.5), clear (§4.3) and the routing of a delivery (§4.4,
+// §5.4, §18.4).
 
 import { describe, expect, it } from 'vitest'
 import {
@@ -11,6 +12,7 @@ import {
   normalizeSplice,
   planClaim,
   planClear,
+  planDelivery,
   planSplice,
   SessionState,
   type Inbox,
@@ -249,5 +251,63 @@ describe('planClear (SPEC §4.3)', () => {
     expect(planClear(emptyInbox())).toEqual([])
     expect(planClear(inboxOf(['p1'], []))).toEqual([{ target: 'next-turn', start: 0, removedCount: 1, inserted: [], outcome: 'canceled' }])
     expect(planClear(inboxOf([], ['s1', 's2']))).toEqual([{ target: 'next-step', start: 0, removedCount: 2, inserted: [], outcome: 'canceled' }])
+  })
+})
+
+describe('planDelivery (SPEC §4.4 send, §5.4 latch, §18.4)', () => {
+  const idle = { idle: true, maintenance: false, cancelling: false }
+  const running = { idle: false, maintenance: false, cancelling: false }
+  const maintenance = { idle: false, maintenance: true, cancelling: false }
+  const cancelling = { idle: false, maintenance: false, cancelling: true }
+
+  it.each([
+    // route, view, target, flags
+    ['followup', idle, 'next-turn', { runState: 'wanted' }],
+    ['steer', idle, 'next-step', { runState: 'wanted' }],
+    ['inject', idle, 'next-step', {}],
+    ['followup', running, 'next-turn', {}],
+    ['steer', running, 'next-step', {}],
+    ['inject', running, 'next-step', {}],
+    ['followup', maintenance, 'next-turn', { wakeLatched: true }],
+    ['steer', maintenance, 'next-step', { wakeLatched: true }],
+    ['inject', maintenance, 'next-step', {}],
+    // waking input after a cancel request goes to next-turn, whatever was asked, and latches
+    ['followup', cancelling, 'next-turn', { wakeLatched: true }],
+    ['steer', cancelling, 'next-turn', { wakeLatched: true }],
+    ['inject', cancelling, 'next-step', {}],
+  ] as const)('%s while %o → %s, %o', (route, view, target, flags) => {
+    const inbox = inboxOf(['t1'], ['s1'])
+    const p = planDelivery(inbox, route, msg('new'), view)
+    expect(p.target).toBe(target)
+    expect(p.flags).toEqual(flags)
+    // appended at the end of its list, nothing removed
+    expect(p.splice).toEqual({ target, start: 1, inserted: [msg('new')] })
+    // planning changes nothing
+    expect(inbox).toEqual(inboxOf(['t1'], ['s1']))
+  })
+
+  it('a cancel pending while idle still latches rather than wanting a wake (the cancelled activity may be closing)', () => {
+    expect(planDelivery(emptyInbox(), 'followup', msg('m'), { idle: true, maintenance: false, cancelling: true }).flags).toEqual({ wakeLatched: true })
+  })
+
+  it('reads only what the route needs: an inject never looks at the view', () => {
+    const view = {
+      get idle(): boolean {
+        throw new Error('read idle')
+      },
+      get maintenance(): boolean {
+        throw new Error('read maintenance')
+      },
+      get cancelling(): boolean {
+        throw new Error('read cancelling')
+      },
+    }
+    expect(planDelivery(emptyInbox(), 'inject', msg('m'), view)).toMatchObject({ target: 'next-step', flags: {} })
+  })
+
+  it('an id already pending in either list is an InboxError, before anything is planned', () => {
+    const inbox = inboxOf(['a'], ['b'])
+    expect(() => planDelivery(inbox, 'followup', msg('b'), idle)).toThrow(InboxError)
+    expect(() => planDelivery(inbox, 'inject', msg('a'), idle)).toThrow(InboxError)
   })
 })

@@ -1,7 +1,9 @@
-// Turning delivered input into UserMessages (SPEC §3.3, API.md §5, §11).
+// Turning delivered input into UserMessages (SPEC §3.3, API.md §5, §11): validation before anything is
+// written, message ids.
 
 import crypto from 'node:crypto'
-import { assertLosslessJson, assertStorableText, deepFreeze, JsonValueError, type ContentBlock, type UserMessage, type UserSource } from '../session/index.js'
+import { assertLosslessJson, assertStorableText, deepFreeze, JsonValueError } from './json.js'
+import type { ContentBlock, UserMessage, UserSource } from './types.js'
 
 export class InputError extends Error {
   constructor(message: string, readonly path = 'content') {

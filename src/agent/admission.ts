@@ -1,0 +1,76 @@
+// Synchronous admission (SPEC §8.1 A3, §8.5–§8.8) as a pure plan: from the step's state — the folded
+// log, the step's proposal, the attempt, its prepared route and what the loop instance remembers — to
+// the drafts the admission unit commits: prompt reconciliation, the entered users (attempt 1 only),
+// the header and the route context. Also the request config an attempt proposes (§7.5).
+
+import { canonicalJson, jsonEqual, type Draft, type EpochHeader, type Json, type LlmCallConfig, type PreStepDecision, type SessionState, type ToolSchema } from '../session/index.js'
+import { splitModelRef, type PreparedCall } from '../llm/index.js'
+import { promptDraft, reconcile, systemNodes } from './prompt.js'
+import type { AgentSpec, Series } from './context.js'
+
+/** A step's proposal (SPEC §7.2–§7.4), kept for every attempt of the step (§10.3). */
+export interface Proposal {
+  decision: Extract<PreStepDecision, { kind: 'enter' }>
+  rendered: string
+  tools: ToolSchema[]
+}
+
+export interface AdmissionInput {
+  state: SessionState
+  proposal: Proposal
+  attempt: number
+  turn: number
+  step: number
+  /** the config the attempt runs with: the prepared one, else the proposed one (NO_ADAPTER) */
+  config: LlmCallConfig
+  prepared?: Pick<PreparedCall, 'adapterDefaults' | 'systemPromptUpdate' | 'context'>
+  series: Series
+}
+
+/** The drafts of admission step A3, in the order SPEC §8.1 gives them. */
+export function planAdmission(a: AdmissionInput): Draft[] {
+  const { state, proposal, prepared, series } = a
+  const latest = state.latestHeader?.header
+  const toolsChanged = !jsonEqual(proposal.tools, latest?.tools ?? [])
+  const byDecision = a.attempt === 1 && proposal.decision.startsRequestSeries === true
+  // SPEC §8.7 startsSeries, and §8.8 seriesBreak: the same rule, read before and after reconciliation
+  const breaks = (generation: number) => byDecision || series.capturedGeneration !== generation || toolsChanged
+  const commits = reconcile(systemNodes(state), proposal.rendered, prepared?.systemPromptUpdate === 'in-history', breaks(state.replaceGeneration))
+  const out: Draft[] = commits.map((c) => promptDraft(c, a.turn, a.step))
+  if (a.attempt === 1) for (const m of proposal.decision.messages) out.push({ type: 'user/message', data: m as unknown as Json, surfaceOp: 'append' })
+  // every replacement bumps the generation (SPEC §8.6)
+  const seriesBreak = breaks(state.replaceGeneration + commits.filter((c) => c.kind === 'replace').length)
+  const adapterDefaults = prepared?.adapterDefaults && Object.keys(prepared.adapterDefaults).length ? { adapterDefaults: prepared.adapterDefaults } : {}
+  const header: EpochHeader = JSON.parse(canonicalJson({ config: a.config, ...adapterDefaults, ...(proposal.tools.length ? { tools: proposal.tools } : {}) }))
+  if (!series.headerLogged) out.push(headerDraft({ header, reason: latest ? 'resume' : 'initial' }))
+  else if (!jsonEqual(header, latest)) out.push(headerDraft({ header, reason: 'change', ...(seriesBreak ? { startsSeries: true } : {}) }))
+  else if (seriesBreak) out.push(headerDraft({ header, reason: 'series' }))
+  const ctx: Record<string, Json> = { provider: a.config.provider, model: a.config.model }
+  if (prepared?.context.contextWindow !== undefined) ctx.contextWindow = prepared.context.contextWindow
+  if (prepared?.systemPromptUpdate) ctx.systemPromptUpdate = prepared.systemPromptUpdate
+  if (!jsonEqual(ctx, state.latestContext)) out.push({ type: 'request/context', data: ctx })
+  return out
+}
+
+const headerDraft = (data: { header: EpochHeader; reason: string; startsSeries?: true }): Draft => ({ type: 'request/header', data: data as unknown as Json })
+
+/** SPEC §7.5: the config an attempt proposes to agent/request. */
+export function proposeConfig(spec: AgentSpec, state: SessionState, headerLogged: boolean): LlmCallConfig {
+  const ref = splitModelRef(spec.model)
+  if (!ref) throw new Error(`the session's model ${spec.model} is not provider/model`)
+  const { provider, model } = ref
+  const h = state.latestHeader?.header
+  if (!headerLogged || !h) {
+    // the first request of the loop instance: the Agent's options, or the latest header's explicit effort on the same route
+    const c: LlmCallConfig = { provider, model }
+    if (spec.maxTokens !== undefined) c.maxTokens = spec.maxTokens
+    if (spec.reasoningEffort !== undefined) c.reasoningEffort = spec.reasoningEffort
+    else if (h && h.config.provider === provider && h.config.model === model && h.config.reasoningEffort !== undefined && !h.adapterDefaults?.reasoningEffort) c.reasoningEffort = h.config.reasoningEffort
+    return c
+  }
+  // later: the latest header's config minus what the adapter defaulted
+  const c: LlmCallConfig = { ...h.config }
+  if (h.adapterDefaults?.maxTokens) delete c.maxTokens
+  if (h.adapterDefaults?.reasoningEffort) delete c.reasoningEffort
+  return c
+}

@@ -1,0 +1,149 @@
+// What the parts of the driver share: the loop instance they run in (Loop, the Agent is one), the
+// abort of the running activity, and the TurnContext every part of a turn receives in place of
+// threaded parameters.
+
+import type { Logger } from 'pino'
+import type { LiveAttempts } from '../bus/index.js'
+import type { Hooks } from '../hooks/index.js'
+import type { LlmService } from '../llm/index.js'
+import type { Metrics } from '../metrics.js'
+import { errorChain, type AgentCancelCause, type SessionState } from '../session/index.js'
+import type { Db, RowPatch, StoredEvent } from '../store/index.js'
+import type { HostPolicy, ToolRegistry, ToolSpec } from '../tools/index.js'
+import { AbortedError } from './errors.js'
+import type { CommitResult, UnitBuilder } from './log.js'
+import type { SystemPromptService } from './prompt.js'
+import type { PendingCalls } from './pending.js'
+
+/** The session's definition as the driver uses it. */
+export interface AgentSpec {
+  model: string
+  system: string
+  tools: ToolSpec[]
+  maxTokens?: number
+  reasoningEffort?: string
+}
+
+/** The services a loop instance calls, looked up once (cordis services go through a proxy). */
+export interface LoopServices {
+  db: Db
+  llm: LlmService
+  registry: ToolRegistry
+  systemPrompt: SystemPromptService
+  toolPolicy: HostPolicy
+  metrics?: Metrics
+  maxParallelToolCalls: () => number
+  /** the process's one tracker of streaming attempts (snapshot frames, the settled stream) */
+  attempts: LiveAttempts
+}
+
+/** What a loop instance remembers between attempts (SPEC §8.7–§8.8). */
+export interface Series {
+  /** whether this instance logged a request/header yet */
+  headerLogged: boolean
+  /** replaceGeneration as of attach, then as of the last committed admission */
+  capturedGeneration: number
+}
+
+/** The one way the driver appends: a fenced unit, published after commit (log.ts). */
+export interface UnitLog {
+  commit<T = void>(
+    build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void,
+    opts?: { beforePublish?: (value: T, events: StoredEvent[]) => void },
+  ): Promise<CommitResult<T>>
+}
+
+export type Notify = (name: string, payload: Record<string, unknown>, wire?: unknown) => void
+
+/** A loop instance (SPEC §13.4) as the parts of a turn see it. */
+export interface Loop {
+  readonly id: string
+  readonly key: string
+  readonly spec: AgentSpec
+  /** the folded log; every unit folds into it as it is built */
+  readonly state: SessionState
+  readonly services: LoopServices
+  readonly hooks: Hooks
+  readonly log: UnitLog
+  readonly notify: Notify
+  /** pino child logger carrying tenantId, sessionId and leaseToken (DESIGN.md §4) */
+  readonly logger: Logger
+  readonly series: Series
+  /** SPEC §9.2: live frame revisions count per loop instance */
+  nextRevision(): number
+  /** calls waiting on a pending row, and their answers */
+  readonly pending: PendingCalls
+  /** The Agent handle a payload carries (API.md §11); per listening plugin through `bind`. */
+  handle(plugin?: string): unknown
+  readonly bind: (payload: unknown, plugin: string) => unknown
+  readonly disposed: boolean
+}
+
+/** The abort of one activity (a driver run or maintenance): the first cause wins (SPEC §5.5). */
+export class Abort {
+  private readonly controller = new AbortController()
+  private first: AgentCancelCause | undefined
+
+  get signal(): AbortSignal {
+    return this.controller.signal
+  }
+
+  get aborted(): boolean {
+    return this.controller.signal.aborted
+  }
+
+  /** The cause the activity ends with: the first one given. */
+  get cause(): AgentCancelCause {
+    return this.first ?? { kind: 'user' }
+  }
+
+  /** Whether the first cause was a disposal (no latch, no continuation). */
+  get disposing(): boolean {
+    return this.first?.kind === 'disposed'
+  }
+
+  abort(cause: AgentCancelCause): void {
+    if (this.aborted) return
+    this.first = cause
+    this.controller.abort(new AbortedError(cause))
+  }
+
+  /** SPEC §6.2: after every await. */
+  check(): void {
+    if (this.aborted) throw new AbortedError(this.cause)
+  }
+}
+
+/** Where a turn stands, and what each of its parts uses; passed down instead of (turn, step, signal, …). */
+export interface TurnContext {
+  readonly loop: Loop
+  readonly turn: number
+  /** the open step, 0 before the first */
+  step: number
+  readonly abort: Abort
+  readonly signal: AbortSignal
+  readonly log: UnitLog
+  readonly hooks: Hooks
+  readonly notify: Notify
+}
+
+export function turnContext(loop: Loop, abort: Abort, turn: number): TurnContext {
+  return { loop, turn, step: 0, abort, signal: abort.signal, log: loop.log, hooks: loop.hooks, notify: loop.notify }
+}
+
+/** A closer that failed to commit: this process can no longer append (SPEC §5.7). */
+export class FatalAppend extends Error {
+  constructor(readonly error: unknown) {
+    super(errorChain(error))
+    this.name = 'FatalAppend'
+  }
+}
+
+/** Commits a closer; a failure means this process can no longer append (SPEC §5.7). */
+export async function closer<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn()
+  } catch (e) {
+    throw new FatalAppend(e)
+  }
+}

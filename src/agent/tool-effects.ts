@@ -1,0 +1,76 @@
+// The effects of tool execution that only the driver writes (SPEC §11.5–§11.8, §18.10): tool/call
+// with a client call's pending row, an approval's pending row, the wait for an answer, the
+// tool/result with its contexts queued in next-step, and the closing of calls never started. The
+// pipeline that decides them is tools/pipeline.ts.
+
+import { planSplice, type Json, type ToolCallBlock } from '../session/index.js'
+import { runToolCalls, toolResultDraft, type ToolEffects, type ToolEnv } from '../tools/index.js'
+import type { TurnContext } from './context.js'
+
+/** Runs a settled message's tool calls in the open step; reports whether a result concludes the turn. */
+export function runTools(tc: TurnContext, calls: ToolCallBlock[]): Promise<{ concludes: boolean }> {
+  return runToolCalls(calls, toolEnv(tc), toolEffects(tc))
+}
+
+function toolEnv(tc: TurnContext): ToolEnv {
+  const { loop } = tc
+  return {
+    sessionId: loop.id,
+    signal: tc.signal,
+    specs: loop.spec.tools,
+    registry: loop.services.registry,
+    hooks: tc.hooks,
+    handle: (plugin) => loop.handle(plugin),
+    bind: loop.bind,
+    policy: loop.services.toolPolicy,
+    maxParallel: () => loop.services.maxParallelToolCalls(),
+    notify: (name, payload) => tc.notify(name, payload),
+    log: loop.logger.child({ turn: tc.turn, step: tc.step }),
+  }
+}
+
+function toolEffects(tc: TurnContext): ToolEffects {
+  const { loop, turn, step } = tc
+  const at = { turn, step }
+  const pending = loop.pending
+  const metrics = loop.services.metrics
+  const callDraft = (p: { callId: string; name: string; rawArguments: string }) => ({ type: 'tool/call', data: { turn, step, callId: p.callId, name: p.name, arguments: p.rawArguments } })
+  return {
+    async appendCall(p, { client }) {
+      const r = await tc.log.commit<number>((u) => {
+        const e = u.add(callDraft(p))
+        // SPEC §18.10: a client call waits on a pending row written with its tool/call
+        if (client) u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'client', name: p.name, arguments: p.rawArguments } })
+        return { value: e.seq }
+      })
+      if (client) pending.opened(p.callId)
+      return r.value
+    },
+    async openApproval(p) {
+      await tc.log.commit((u) => u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments } }))
+      pending.opened(p.callId)
+    },
+    waitAnswer: (callId, kind) => pending.wait(callId, kind, tc.signal),
+    async commitResult(p, callSeq, { outcome, contexts }) {
+      await tc.log.commit((u) => {
+        u.add(toolResultDraft(at, p.callId, callSeq, outcome))
+        if (contexts.length) {
+          const data = planSplice(loop.state.inbox, 'next-step', loop.state.inbox.nextStep.length, 0, contexts)
+          if (data) u.add({ type: 'agent/inbox/spliced', data: data as unknown as Json })
+        }
+        // settlement deletes the call's pending row (SPEC §18.10) with its result
+        if (pending.hasRow(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
+      })
+      pending.closed(p.callId)
+      for (const message of contexts) tc.notify('agent/inbox/inserted', { message })
+      metrics?.toolCalls.inc({ code: outcome.error?.code ?? (outcome.isError ? 'error' : 'ok') })
+    },
+    async abortUnstarted(p, outcome) {
+      await tc.log.commit((u) => {
+        const c = u.add(callDraft(p))
+        u.add(toolResultDraft(at, p.callId, c.seq, outcome))
+      })
+      metrics?.toolCalls.inc({ code: 'TOOL_ABORTED_BEFORE_DISPATCH' })
+    },
+  }
+}

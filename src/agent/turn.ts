@@ -1,0 +1,193 @@
+// The driver (SPEC §5.2–§5.3, §6.2): a wake enters running and opens a turn — turn/start and its
+// claim in one unit — then turns run one after another; each runs steps until the model owes nothing
+// and next-step is empty, and closes with turn/end, whose unit also decides under the row lock
+// whether the driver goes on, honours a latched wake, or goes idle.
+
+import { errorChain, hasPending, planClaim, type InboxTarget, type Json, type LlmFailure, type TurnEndReason, type UserMessage } from '../session/index.js'
+import type { RowPatch } from '../store/index.js'
+import { closer, FatalAppend, turnContext, type Loop, type TurnContext } from './context.js'
+import { TurnLlmError } from './errors.js'
+import type { UnitBuilder } from './log.js'
+import type { Phase, Phases } from './phases.js'
+import { proposeStep, runStep, type StepResult } from './step.js'
+
+/** A turn whose turn/start and first claim committed. */
+export interface OpenedTurn {
+  turn: number
+  claimed: UserMessage[]
+}
+
+type AfterTurn = 'idle' | 'continue' | 'latched'
+
+/** What the driver needs of its Agent (agent.ts). */
+export interface DriverControl {
+  readonly loop: Loop
+  /** the Agent's phases, its activity and abort */
+  readonly run: Phases
+  /** the driver stopped because this process can no longer append (SPEC §5.7) */
+  failStop(e: unknown): void
+}
+
+/**
+ * SPEC §5.2: a wake finding the Agent idle enters running and commits the wake prefix; the driver
+ * then runs on as the Agent's activity. If the prefix fails to commit, the Agent is idle again.
+ */
+export async function wakeDriver(ctl: DriverControl): Promise<void> {
+  const run = ctl.run
+  run.renew()
+  run.phase = 'running'
+  const prefix = (async () => {
+    let opened: OpenedTurn | null
+    try {
+      opened = await openTurn(ctl, true)
+    } catch (e) {
+      run.phase = 'idle'
+      throw e
+    }
+    if (!opened) run.phase = 'idle'
+    else run.activity = runDriver(ctl, opened)
+  })()
+  run.activity = prefix
+  try {
+    await prefix
+  } finally {
+    if (run.activity === prefix) run.activity = undefined
+    if ((run.phase as Phase) === 'idle') run.set('idle')
+  }
+}
+
+async function runDriver(ctl: DriverControl, first: OpenedTurn): Promise<void> {
+  try {
+    await drive(ctl, first)
+  } catch (e) {
+    ctl.failStop(e)
+  } finally {
+    ctl.run.activity = undefined
+    ctl.run.set('idle')
+  }
+}
+
+/**
+ * turn/start and the claim of next-turn in ONE unit (SPEC §5.2, §6.2). A wake with nothing to do, or
+ * one a cancel spent (`first`: the wake request itself), settles the row without a turn: null.
+ */
+export async function openTurn(ctl: DriverControl, first: boolean): Promise<OpenedTurn | null> {
+  const { loop } = ctl
+  const r = await loop.log.commit<OpenedTurn | null>(
+    (u) => {
+      const work = hasPending(loop.state.inbox)
+      const idle = { patch: { runState: 'idle', cancelPending: false, wakeLatched: false } satisfies RowPatch, value: null }
+      // SPEC §5.5: a cancel spent this wake request (no later work is armed) unless input latched
+      if (first && u.row.cancelPending && !(u.row.wakeLatched && work)) return idle
+      if (!work) return idle
+      const turn = loop.state.lastTurn + 1
+      u.add({ type: 'turn/start', data: { turn } })
+      const { splices, claimed } = planClaim(loop.state.inbox, 'next-turn')
+      for (const s of splices) u.add({ type: 'agent/inbox/spliced', data: s as unknown as Json })
+      return { patch: { runState: 'running', cancelPending: false, wakeLatched: false }, value: { turn, claimed } }
+    },
+    // publication order (SPEC §5.2): agent/status running, then turn/start and the claim
+    { beforePublish: (value) => value && ctl.run.announce() },
+  )
+  if (r.value) for (const message of r.value.claimed) loop.notify('agent/inbox/claimed', { message, turn: r.value.turn })
+  return r.value
+}
+
+/** Runs turns until one stops the driver (SPEC §5.3); throws when this process can no longer append. */
+export async function drive(ctl: DriverControl, first: OpenedTurn): Promise<void> {
+  let next: OpenedTurn | null = first
+  while (next) {
+    const after = await runTurn(turnContext(ctl.loop, ctl.run.current!, next.turn), next.claimed)
+    if (after === 'idle') return
+    if (after === 'latched') {
+      // leaving the driver makes the Agent idle; the latch wakes it once more
+      ctl.run.set('idle')
+      ctl.run.phase = 'running'
+    }
+    ctl.run.renew()
+    next = await openTurn(ctl, false)
+  }
+}
+
+/** SPEC §6.2, line by line; the turn's first claim came with its turn/start. */
+export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promise<AfterTurn> {
+  const { loop, turn } = tc
+  const metrics = loop.services.metrics
+  let reason: TurnEndReason | null = null
+  let sawMaxTokens = false
+  let stopped = false
+  let park = false
+  let exception = false
+  let target: InboxTarget = 'next-turn'
+  let claimed: UserMessage[] | undefined = firstClaim
+  try {
+    for (;;) {
+      tc.abort.check()
+      const proposed = tc.step + 1
+      const p = await proposeStep(tc, target, proposed, claimed)
+      claimed = undefined
+      if (p === 'rejected') {
+        reason = { kind: 'blocked' }
+        park = true
+        break
+      }
+      if (p.decision.messages.length === 0 && tc.step === 0) {
+        reason = { kind: 'completed' }
+        park = true
+        break
+      }
+      if (p.decision.messages.length === 0 && stopped) break // post-stop input rewritten away
+      tc.abort.check()
+      await tc.log.commit((u) => void u.add({ type: 'step/start', data: { turn, step: proposed } }))
+      tc.step = proposed
+      metrics?.steps.inc()
+      let result: StepResult
+      try {
+        result = await runStep(tc, p)
+      } finally {
+        await closer(() => tc.log.commit((u) => void u.add({ type: 'step/end', data: { turn, step: tc.step } })))
+      }
+      if (result === 'max-tokens') sawMaxTokens = true
+      stopped = result !== 'continue'
+      tc.abort.check()
+      if (stopped && loop.state.inbox.nextStep.length === 0) {
+        await tc.hooks.runSerial('agent/turn-stopping', { agent: loop.handle(), turn, signal: tc.signal }, { bind: loop.bind })
+        tc.abort.check()
+      }
+      if (stopped && loop.state.inbox.nextStep.length === 0) break
+      target = 'next-step'
+    }
+    if (reason === null) reason = sawMaxTokens ? { kind: 'max-tokens' } : { kind: 'completed' }
+  } catch (e) {
+    if (e instanceof FatalAppend) throw e.error
+    exception = true
+    if (tc.signal.aborted) reason = { kind: 'aborted', reason: tc.abort.cause }
+    else {
+      const error: LlmFailure = e instanceof TurnLlmError ? e.failure : { message: errorChain(e), code: 'UNKNOWN' }
+      reason = { kind: 'error', error }
+      tc.notify('agent/error', { turn, step: tc.step, error })
+      loop.logger.warn({ turn, step: tc.step, code: error.code, err: error.message }, 'turn failed')
+    }
+  }
+  const r = await closer(() =>
+    tc.log.commit<AfterTurn>((u) => {
+      u.add({ type: 'turn/end', data: { turn, reason } as unknown as Json })
+      return endOfTurn(tc, u, exception || park)
+    }),
+  )
+  metrics?.turns.inc({ reason: reason!.kind })
+  return r.value
+}
+
+/**
+ * The driver's exit decision, made under the row lock with the turn/end (so no delivery can slip
+ * between "nothing pending" and "idle"): continue with pending work, honour a latched wake, or go idle.
+ */
+function endOfTurn(tc: TurnContext, u: UnitBuilder, stop: boolean): { patch: RowPatch; value: AfterTurn } {
+  const work = hasPending(tc.loop.state.inbox)
+  const clear = { cancelPending: false, wakeLatched: false }
+  if (tc.loop.disposed) return { patch: { ...clear, runState: work ? 'wanted' : 'idle' }, value: 'idle' }
+  if (!stop && work && !u.row.cancelPending && !tc.abort.aborted) return { patch: { ...clear, runState: 'running' }, value: 'continue' }
+  if (u.row.wakeLatched && work && !tc.abort.disposing) return { patch: { ...clear, runState: 'running' }, value: 'latched' }
+  return { patch: { ...clear, runState: 'idle' }, value: 'idle' }
+}

@@ -1,0 +1,75 @@
+// The session row as SQL selects it and as the store returns it. The door exports the types only
+// (through sessions.ts); the columns and the mapping stay inside store/.
+
+import type { JsonObject, RunState, UsageTotals } from '../session/index.js'
+
+export interface SessionSpec {
+  model: string
+  system: string
+  tools: JsonObject[]
+  maxTokens?: number
+  reasoningEffort?: string
+  metadata: JsonObject
+}
+
+export interface SessionRow extends SessionSpec {
+  key: string
+  tenantId: string
+  id: string
+  title: string | null
+  createHash: string
+  createdAt: number
+  nextSeq: number
+  lastTime: number
+  updatedAt: number
+  openTurn: number | null
+  runState: RunState
+  cancelPending: boolean
+  wakeLatched: boolean
+  leaseOwner: string | null
+  leaseToken: number
+  leaseExpiresAt: number | null
+  usage: UsageTotals
+}
+
+export const COLUMNS = `key, tenant_id, id, title, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at,
+  next_seq, last_time, updated_at, open_turn, run_state, cancel_pending, wake_latched, lease_owner, lease_token, lease_expires_at,
+  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd`
+
+export type Raw = Record<string, unknown>
+
+export function toRow(r: Raw): SessionRow {
+  const row: SessionRow = {
+    key: r.key as string,
+    tenantId: r.tenant_id as string,
+    id: r.id as string,
+    title: (r.title as string | null) ?? null,
+    model: r.model as string,
+    system: r.system as string,
+    tools: JSON.parse(r.tools as string),
+    metadata: JSON.parse(r.metadata as string),
+    createHash: r.create_hash as string,
+    createdAt: Number(r.created_at),
+    nextSeq: r.next_seq as number,
+    lastTime: Number(r.last_time),
+    updatedAt: Number(r.updated_at),
+    openTurn: (r.open_turn as number | null) ?? null,
+    runState: r.run_state as RunState,
+    cancelPending: r.cancel_pending as boolean,
+    wakeLatched: r.wake_latched as boolean,
+    leaseOwner: (r.lease_owner as string | null) ?? null,
+    leaseToken: Number(r.lease_token),
+    leaseExpiresAt: r.lease_expires_at === null ? null : Number(r.lease_expires_at),
+    usage: {
+      inputTokens: Number(r.input_tokens),
+      outputTokens: Number(r.output_tokens),
+      cacheReadTokens: Number(r.cache_read_tokens),
+      cacheWriteTokens: Number(r.cache_write_tokens),
+      costUsd: Number(r.cost_usd),
+    },
+  }
+  if (r.max_tokens !== null && r.max_tokens !== undefined) row.maxTokens = r.max_tokens as number
+  if (r.reasoning_effort !== null && r.reasoning_effort !== undefined) row.reasoningEffort = r.reasoning_effort as string
+  return row
+}
+

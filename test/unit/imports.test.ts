@@ -1,0 +1,80 @@
+// The shape of src/ (DESIGN.md §2): every folder is a room with one door — other folders import only
+// its index.ts — and no file imports itself back through others (no import cycle, type imports
+// included). The import graph is read from the sources themselves.
+
+import fs from 'node:fs'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+
+const SRC = path.resolve(import.meta.dirname, '../../src')
+
+function sources(dir: string): string[] {
+  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? sources(path.join(dir, d.name)) : d.name.endsWith('.ts') ? [path.join(dir, d.name)] : []))
+}
+
+/** Relative imports and re-exports of a file (`import type` too), resolved to .ts files under src/. */
+function importsOf(file: string): string[] {
+  const text = fs.readFileSync(file, 'utf8')
+  const out: string[] = []
+  for (const m of text.matchAll(/^\s*(?:import|export)\b[^'"]*?\bfrom\s+['"](\.[^'"]+)['"]|^\s*import\s+['"](\.[^'"]+)['"]/gm)) {
+    const spec = m[1] ?? m[2]
+    out.push(path.resolve(path.dirname(file), spec.replace(/\.js$/, '.ts')))
+  }
+  return out
+}
+
+const files = sources(SRC)
+const graph = new Map(files.map((f) => [f, importsOf(f)]))
+const rel = (f: string) => path.relative(SRC, f)
+const folderOf = (f: string) => path.dirname(rel(f))
+
+/** Strongly connected components with more than one file, or a file importing itself (Tarjan). */
+function cycles(): string[][] {
+  let index = 0
+  const idx = new Map<string, number>()
+  const low = new Map<string, number>()
+  const stack: string[] = []
+  const on = new Set<string>()
+  const out: string[][] = []
+  const visit = (v: string) => {
+    idx.set(v, index)
+    low.set(v, index++)
+    stack.push(v)
+    on.add(v)
+    for (const w of graph.get(v) ?? []) {
+      if (!graph.has(w)) continue
+      if (!idx.has(w)) {
+        visit(w)
+        low.set(v, Math.min(low.get(v)!, low.get(w)!))
+      } else if (on.has(w)) low.set(v, Math.min(low.get(v)!, idx.get(w)!))
+    }
+    if (low.get(v) === idx.get(v)) {
+      const scc: string[] = []
+      let w: string
+      do {
+        w = stack.pop()!
+        on.delete(w)
+        scc.push(rel(w))
+      } while (w !== v)
+      if (scc.length > 1 || (graph.get(v) ?? []).includes(v)) out.push(scc.sort())
+    }
+  }
+  for (const f of files) if (!idx.has(f)) visit(f)
+  return out
+}
+
+describe('src/ imports', () => {
+  it('every relative import names a file that exists', () => {
+    const missing = [...graph].flatMap(([f, deps]) => deps.filter((d) => !graph.has(d)).map((d) => `${rel(f)} → ${rel(d)}`))
+    expect(missing).toEqual([])
+  })
+
+  it('other folders are entered only through their index.ts', () => {
+    const bad = [...graph].flatMap(([f, deps]) => deps.filter((d) => folderOf(d) !== folderOf(f) && folderOf(d) !== '.' && path.basename(d) !== 'index.ts').map((d) => `${rel(f)} → ${rel(d)}`))
+    expect(bad).toEqual([])
+  })
+
+  it('has no import cycle', () => {
+    expect(cycles()).toEqual([])
+  })
+})
