@@ -8,11 +8,13 @@ import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentdClient, AgentdError, type RetryEvent, type StreamFrame, type TranscriptView } from '../../clients/typescript/src/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { DB_KINDS, freshPgDatabase, type TestDb } from '../helpers/db.js'
 import { d, ofType, textOf } from '../helpers/events.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
 import { until } from '../helpers/wait.js'
+import { openPg } from '../../src/store/index.js'
+import { startForwarder, type Forwarder } from './helpers-sdk.js'
 
 /** A fetch that records what the client sent. */
 function recordingFetch() {
@@ -312,5 +314,53 @@ describe('retries on 429 (pglite; the limiter is in memory, no database involved
     const other = await t.api('POST', `/v1/admin/tenants/${t.tenantId}/keys`, {}, { key: t.adminToken })
     const log = (await t.api('GET', `/v1/sessions/${s.id}/events`, undefined, { key: other.body.apiKey })).body.events as Array<{ seq: number; type: string; data: unknown }>
     expect(log.filter((e) => e.type === 'agent/inbox/spliced' && d(e).inserted.some((m: { id: string }) => m.id === 'limited-1')).map((e) => e.seq)).toEqual([a.seq])
+  })
+})
+
+describe('retries on 503 (PostgreSQL reached through a forwarder that plays an outage)', () => {
+  let t: TestApp
+  let fwd: Forwarder
+  beforeAll(async () => {
+    const fresh = await freshPgDatabase()
+    const real = new URL(fresh.url)
+    fwd = await startForwarder(Number(real.port || 5432))
+    const url = new URL(fresh.url)
+    url.hostname = '127.0.0.1'
+    url.port = String(fwd.port)
+    const db = openPg(url.toString(), 10)
+    const testDb: TestDb = {
+      db,
+      kind: 'pg',
+      url: url.toString(),
+      async drop() {
+        await db.close()
+        await fwd.close()
+        await fresh.drop()
+      },
+    }
+    t = await startTestApp({ kind: 'pg', testDb })
+  })
+  afterAll(async () => {
+    await fwd?.up().catch(() => {})
+    await t?.close()
+  })
+
+  it('a send answered 503 while the database is down is retried after Retry-After and stored once', async () => {
+    const retries: RetryEvent[] = []
+    const client = new AgentdClient({ baseUrl: t.url, apiKey: t.key, retry: { maxAttempts: 20 }, onRetry: (r) => retries.push(r) })
+    const s = await client.sessions.create({ model: 'faux/echo' })
+    await fwd.down()
+    const sent = client.inject(s.id, 'through the outage', { idempotencyKey: 'outage-1' })
+    await until('a 503 to be retried', () => retries.some((r) => r.error.status === 503), 20000)
+    await fwd.up()
+    const accepted = await sent
+    expect(accepted.messageId).toBe(idemMessageId('outage-1'))
+    const unavailable = retries.filter((r) => r.error.status === 503)
+    for (const r of unavailable) {
+      expect(r.error.code).toBe('unavailable')
+      expect(r.delayMs, 'waits what Retry-After asked').toBeGreaterThanOrEqual(r.error.retryAfterMs!)
+    }
+    const log = await t.events(s.id)
+    expect(log.filter((e) => e.type === 'agent/inbox/spliced' && d(e).inserted.some((m: { id: string }) => m.id === accepted.messageId)).map((e) => e.seq)).toEqual([accepted.seq])
   })
 })

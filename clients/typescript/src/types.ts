@@ -42,6 +42,12 @@ export type KeyCreated = Json200<'/v1/admin/tenants/{tenantId}/keys', 'post', 20
 /** API.md §10. */
 export type ErrorBody = Json200<'/v1/sessions/{id}', 'get', 404>
 
+// A status or body shape changed in openapi.json turns an alias into `never`: this stops compiling then.
+type Resolved<T> = [T] extends [never] ? false : true
+type AllResolved<T extends unknown[]> = { [K in keyof T]: Resolved<T[K]> }[number] extends true ? true : false
+type Must<T extends true> = T
+type _WireAliasesResolve = Must<AllResolved<[Session, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, ErrorBody]>>
+
 // ---- content and messages (SPEC §3.3) ------------------------------------------------------------
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json }
