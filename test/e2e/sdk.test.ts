@@ -2,9 +2,15 @@
 // every method once, checked against the durable log; sends carry idempotency keys and repeat safely;
 // errors carry the API's codes; stream, watch and run agree with GET …/events.
 
+import { execFile } from 'node:child_process'
 import crypto from 'node:crypto'
+import fs from 'node:fs'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentdClient, AgentdError, type RetryEvent, type StreamFrame, type TranscriptView } from '../../clients/typescript/src/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
@@ -29,6 +35,7 @@ function recordingFetch() {
   return { fetch: f, calls }
 }
 
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const idemMessageId = (key: string) => `idem-${crypto.createHash('sha256').update(key).digest('hex').slice(0, 32)}`
 
 async function expectAgentdError(p: Promise<unknown>, status: number, code: string): Promise<AgentdError> {
@@ -363,4 +370,37 @@ describe('retries on 503 (PostgreSQL reached through a forwarder that plays an o
     const log = await t.events(s.id)
     expect(log.filter((e) => e.type === 'agent/inbox/spliced' && d(e).inserted.some((m: { id: string }) => m.id === accepted.messageId)).map((e) => e.seq)).toEqual([accepted.seq])
   })
+})
+
+describe("the README's client example", () => {
+  let t: TestApp
+  beforeAll(async () => {
+    t = await startTestApp({ kind: 'pglite' })
+  })
+  afterAll(async () => {
+    await t?.close()
+  })
+
+  it('type-checks and runs as written, against a server at the URL it names', async () => {
+    const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8')
+    const section = readme.slice(readme.indexOf('\n## Clients\n'), readme.indexOf('\n## ', readme.indexOf('\n## Clients\n') + 5))
+    const code = /```ts\n([\s\S]*?)```/.exec(section)?.[1]
+    expect(code, 'a ts example in the Clients section').toBeDefined()
+    expect(code!.trim().split('\n').length).toBeLessThanOrEqual(12)
+    expect(code).toContain("from '@agentd/client'")
+    expect(code).toContain("'http://127.0.0.1:8080'")
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-readme-'))
+    try {
+      const file = path.join(dir, 'example.mts')
+      fs.writeFileSync(file, code!.replace("'@agentd/client'", `'${path.join(ROOT, 'clients/typescript/src/index.js')}'`).replace("'http://127.0.0.1:8080'", `'${t.url}'`))
+      const bin = (n: string) => path.join(ROOT, 'node_modules/.bin', n)
+      // asynchronously: the server answering the example runs in this process
+      const run = promisify(execFile)
+      await run(bin('tsc'), ['--noEmit', '--strict', '--skipLibCheck', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--typeRoots', path.join(ROOT, 'node_modules/@types'), '--types', 'node', file])
+      const { stdout } = await run(process.execPath, ['--import', 'tsx', file], { cwd: ROOT, env: { ...process.env, AGENTD_API_KEY: t.key } })
+      expect(stdout).toBe('echo: hello agentd\ncompleted after 3 messages\n')
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 60000)
 })
