@@ -5,6 +5,7 @@
 // tool answered at the prompt. What the client did is checked against the durable log.
 
 import { execFileSync } from 'node:child_process'
+import fs from 'node:fs'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import path from 'node:path'
@@ -17,6 +18,16 @@ import { until } from '../helpers/wait.js'
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const SOCKET = `agentd-chat-test-${process.pid}`
 const PANE = 'chat'
+
+const CLIENT = path.join(ROOT, 'clients/typescript')
+
+/** mtime of the newest file the client's build reads */
+function newestSource(): number {
+  const walk = (dir: string): number[] => fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(path.join(dir, e.name)) : [fs.statSync(path.join(dir, e.name)).mtimeMs]))
+  return Math.max(...walk(path.join(CLIENT, 'src')), ...['package.json', 'tsconfig.json', 'tsconfig.cli.json'].map((f) => fs.statSync(path.join(CLIENT, f)).mtimeMs))
+}
+/** true when an output of the build is missing or older than `t` */
+const builtBefore = (t: number) => ['dist/index.js', 'dist/cli/agentd-chat.js', 'dist/cli/render.js'].some((f) => !fs.existsSync(path.join(CLIENT, f)) || fs.statSync(path.join(CLIENT, f)).mtimeMs < t)
 
 const tmux = (...args: string[]) => execFileSync('tmux', ['-L', SOCKET, ...args], { encoding: 'utf8' })
 const screen = () => tmux('capture-pane', '-p', '-J', '-t', PANE, '-S', '-500')
@@ -41,8 +52,8 @@ describe('agentd-chat in a terminal', () => {
     } catch {
       throw new Error('tmux is missing: apt-get install -y tmux (.ci/run installs it)')
     }
-    // the bin runs the built client: build it as `npm ci` would
-    execFileSync('npm', ['run', 'build:client'], { cwd: ROOT, stdio: 'ignore' })
+    // the bin runs the built client (`npm ci` builds it): build again when a source is newer
+    if (builtBefore(newestSource())) execFileSync('npm', ['run', 'build:client'], { cwd: ROOT, stdio: 'ignore' })
     await new Promise<void>((r) => toolServer.listen(0, '127.0.0.1', r))
     t = await startTestApp({ kind: 'pglite' })
     tmux('new-session', '-d', '-s', PANE, '-x', '200', '-y', '50', 'bash', '--norc', '--noprofile')

@@ -11,18 +11,10 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { freshPgDatabase, freshPgliteDir, type DbKind } from '../helpers/db.js'
 import { sleep } from '../helpers/wait.js'
-import { startMockLlm, type MockLlm } from './helpers-processes.js'
+import { freePort, startMockLlm, type MockLlm } from './helpers-processes.js'
 
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const ADMIN_TOKEN = 'sdk-e2e-admin'
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer()
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r))
-  const port = (srv.address() as net.AddressInfo).port
-  await new Promise<void>((r) => srv.close(() => r()))
-  return port
-}
 
 export interface AgentdProcess {
   readonly kind: DbKind
@@ -175,7 +167,7 @@ export async function startForwarder(targetPort: number): Promise<Forwarder> {
   const listen = () => new Promise<void>((r, j) => server.once('error', j).listen(port, '127.0.0.1', () => r()))
   const port = await freePort()
   await listen()
-  return {
+  const f: Forwarder = {
     port,
     async down() {
       const closed = new Promise<void>((r) => server.close(() => r()))
@@ -186,7 +178,8 @@ export async function startForwarder(targetPort: number): Promise<Forwarder> {
     up: listen,
     loseNextReply: () => new Promise<void>((r) => (lose = r)),
     async close() {
-      if (server.listening) await this.down()
+      if (server.listening) await f.down()
     },
   }
+  return f
 }

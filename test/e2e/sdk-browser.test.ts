@@ -99,8 +99,8 @@ describe('@agentd/client in a browser', () => {
     p.on('pageerror', (e) => errors.push(String(e)))
     // the page's own module script does the work: no test code is transformed into the page
     await p.goto(`${origin}/#${t.key}`)
-    await p.waitForFunction(() => (window as unknown as { result?: unknown }).result !== undefined, undefined, { timeout: 20000 })
-    const r = await p.evaluate(() => (window as unknown as { result: any }).result)
+    await p.waitForFunction(() => (globalThis as { result?: unknown }).result !== undefined, undefined, { timeout: 20000 })
+    const r = await p.evaluate(() => (globalThis as { result?: any }).result)
     expect(r.failure).toBeUndefined()
     expect(errors).toEqual([])
     expect(r.reason).toEqual({ kind: 'completed' })

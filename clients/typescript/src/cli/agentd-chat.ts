@@ -86,15 +86,17 @@ class Chat {
 
   async start(): Promise<void> {
     const s = this.session
-    this.say(`session ${s.id} (${s.model})${s.title ? ` "${s.title}"` : ''}; /help for commands`)
-    for (const l of historyLines(await this.client.messages(s.id))) this.say(l)
     this.running = s.status === 'running'
+    // listening before the first await: a line typed meanwhile must not be lost
     this.rl.on('line', (line) => void this.onLine(line).catch((e) => this.say(`! ${(e as Error).message}`)))
     this.rl.on('SIGINT', () => {
       if (this.running) void this.command('/cancel')
       else this.quit()
     })
     this.rl.on('close', () => this.quit())
+    const history = historyLines(await this.client.messages(s.id))
+    for (const l of history) this.say(l)
+    this.say(`session ${s.id} (${s.model})${s.title ? ` "${s.title}"` : ''}; /help for commands`)
     void this.pollPending()
     try {
       for await (const f of this.client.stream(s.id, { after: s.headSeq, signal: this.stop.signal })) this.onFrame(f)
