@@ -104,3 +104,63 @@ describe('reduceTranscript', () => {
     ])
   })
 })
+
+describe('stream over a scripted fetch', () => {
+  /** each call answers the next scripted connection: an SSE text, or an HTTP status */
+  function scripted(connections: Array<string | number>) {
+    const seen: Array<Record<string, string>> = []
+    const f: typeof fetch = async (_url, init) => {
+      seen.push({ ...((init?.headers ?? {}) as Record<string, string>) })
+      const next = connections.shift()
+      if (next === undefined) return new Promise<Response>(() => {}) // no more: hangs until closed
+      if (typeof next === 'number') return new Response(JSON.stringify({ error: { code: next === 404 ? 'session-not-found' : 'unavailable', message: 'x' } }), { status: next })
+      return new Response(new ReadableStream({ start: (c) => (c.enqueue(new TextEncoder().encode(next)), c.close()) }), { status: 200 })
+    }
+    return { fetch: f, seen }
+  }
+  const sse = (event: string, data: unknown, id?: number) => `event: ${event}\n${id === undefined ? '' : `id: ${id}\n`}data: ${JSON.stringify(data)}\n\n`
+  const durable = (seq: number) => sse('session/event', { seq, time: 1, type: 'x', data: {} }, seq)
+  const live = (kind: string, extra: object) => sse('agent/assistant-stream', { kind, attemptId: 's:2', revision: 1, ...extra })
+  const chunk = (index: number) => live('chunk', { index, time: 1, chunk: { type: 'text-delta', index: 0, text: `t${index}` } })
+  const ready = (head: number) => sse('stream/ready', { headSeq: head }) + sse('agent/status', { status: 'running' })
+
+  it('resumes with Last-Event-ID, yields each durable seq once, drops chunks a snapshot covered or that came before, and reports each reconnect', async () => {
+    const { AgentdClient } = await import('../../clients/typescript/src/index.js')
+    const s = scripted([
+      durable(0) + durable(1) + ready(1) + live('start', { turn: 1, step: 1 }) + chunk(0) + chunk(1),
+      503,
+      // a server that repeats seq 1 and a chunk the snapshot already covers
+      durable(1) + durable(2) + ready(2) + live('snapshot', { turn: 1, step: 1, stream: [{ type: 'text-chunks', time0: 1, index: 0, dt: [0, 0, 0], texts: ['t0', 't1', 't2'] }] }) + chunk(1) + chunk(2) + chunk(3) + sse('stream/error', { code: 'slow-consumer' }),
+      ready(2) + chunk(3) + chunk(4),
+    ])
+    const client = new AgentdClient({ baseUrl: 'http://agentd.invalid', apiKey: 'k', fetch: s.fetch })
+    const st = client.stream('s', { reconnect: { initialDelayMs: 1, maxDelayMs: 2 } })
+    const got: string[] = []
+    for await (const f of st) {
+      if (f.event === 'session/event') got.push(`seq ${f.id}`)
+      else if (f.event === 'agent/assistant-stream') got.push(f.data.kind === 'chunk' ? `chunk ${f.data.index}` : f.data.kind)
+      else if (f.event === 'client/reconnecting') got.push(`reconnect after ${f.data.after}: ${f.data.reason}`)
+      else got.push(f.event)
+      if (got.at(-1) === 'chunk 4') break
+    }
+    expect(got).toEqual([
+      'seq 0', 'seq 1', 'stream/ready', 'agent/status', 'start', 'chunk 0', 'chunk 1',
+      'reconnect after 1: the server ended the stream',
+      'reconnect after 1: HTTP 503 unavailable',
+      'seq 2', 'stream/ready', 'agent/status', 'snapshot', 'chunk 3', 'stream/error',
+      'reconnect after 2: stream/error slow-consumer',
+      'stream/ready', 'agent/status', 'chunk 4',
+    ])
+    expect(s.seen.map((h) => h['last-event-id'])).toEqual([undefined, '1', '1', '2'])
+    expect(s.seen.every((h) => h.authorization === 'Bearer k' && h.accept === 'text/event-stream')).toBe(true)
+    expect(st.lastSeq).toBe(2)
+  })
+
+  it('ends with the AgentdError when the session is gone', async () => {
+    const { AgentdClient, AgentdError } = await import('../../clients/typescript/src/index.js')
+    const client = new AgentdClient({ baseUrl: 'http://agentd.invalid', apiKey: 'k', fetch: scripted([404]).fetch })
+    const e = await client.stream('s').next().catch((x) => x)
+    expect(e).toBeInstanceOf(AgentdError)
+    expect([e.status, e.code]).toEqual([404, 'session-not-found'])
+  })
+})

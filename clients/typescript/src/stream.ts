@@ -1,7 +1,7 @@
 // A session's SSE stream (API.md §6) as an async iterator that outlives its connections. After any
 // disconnect — network, server restart, a `stream/error` cut — it reconnects with Last-Event-ID set to
 // the last durable seq it yielded, so durable events come exactly once and in order. Live chunks are
-// deduplicated by (attemptId, index) against what the connection's snapshot already covered.
+// deduplicated by (attemptId, index) against what was yielded or what a snapshot covered (API.md §6).
 
 import { AgentdError, errorFromResponse } from './errors.js'
 import type { Transport } from './http.js'
@@ -39,13 +39,12 @@ export function chunkCount(records: AssistantStreamRecord[]): number {
 const FATAL = new Set([400, 401, 403, 404, 410])
 const MAX_ATTEMPTS_TRACKED = 64
 
-/** Which chunks the consumer already has, per attempt, for this connection. */
+/**
+ * Which chunks the consumer already has, per attempt, across connections: a snapshot says exactly what
+ * it has from then on; a chunk below that, or after the attempt's end, is a repeat.
+ */
 class ChunkLedger {
   private have = new Map<string, number>()
-
-  reset(): void {
-    this.have.clear()
-  }
 
   /** true when the frame adds something; false for a duplicate */
   admit(f: AssistantStreamFrame): boolean {
@@ -146,10 +145,8 @@ export function openStream(t: Transport, sessionId: string, o: StreamOptions = {
             yield { event: 'session/event', id: e.seq, data: e }
             continue
           }
-          if (m.event === 'stream/ready') {
-            ledger.reset()
-            failures.n = 0
-          } else if (m.event === 'agent/assistant-stream') {
+          if (m.event === 'stream/ready') failures.n = 0
+          else if (m.event === 'agent/assistant-stream') {
             if (!ledger.admit(data as AssistantStreamFrame)) continue
           } else if (m.event === 'stream/error') {
             cut = `stream/error ${(data as { code?: string }).code ?? ''}`.trim()
