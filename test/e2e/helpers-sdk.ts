@@ -16,6 +16,14 @@ import { freePort, startMockLlm, type MockLlm } from './helpers-processes.js'
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const ADMIN_TOKEN = 'sdk-e2e-admin'
 
+/**
+ * SPEC §19 (crash-transparent continuation) is not in the server yet: today a turn killed mid-answer
+ * ends with crash repair's `turn/end {interrupted}` and stays that way. The crash tests accept either
+ * outcome while this is false; once §19 lands, set it to true, and a crash that is not followed by a
+ * `turn/start {continues}` turn fails them (sdk-stream.test.ts, chat-tmux.test.ts).
+ */
+export const CONTINUATION_EXPECTED = false
+
 export interface AgentdProcess {
   readonly kind: DbKind
   readonly url: string

@@ -10,14 +10,7 @@ import { AgentdClient, type RetryEvent, type SessionEvent, type StreamFrame } fr
 import { DB_KINDS } from '../helpers/db.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { until } from '../helpers/wait.js'
-import { startAgentdProcess, startForwarder, type AgentdProcess } from './helpers-sdk.js'
-
-/**
- * SPEC §19 (crash-transparent continuation) is not in the server yet: today a turn killed mid-answer
- * ends with crash repair's `turn/end {interrupted}` and stays that way. Once §19 lands, set this to
- * true: a log that ends with the repair instead of a continuation turn then fails the test.
- */
-const CONTINUATION_EXPECTED = false
+import { CONTINUATION_EXPECTED, startAgentdProcess, startForwarder, type AgentdProcess } from './helpers-sdk.js'
 
 const LEASE_TTL_MS = 1500
 const durable = (frames: StreamFrame[]) => frames.flatMap((f) => (f.event === 'session/event' ? [f.data] : []))

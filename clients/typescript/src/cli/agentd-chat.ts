@@ -155,8 +155,10 @@ class Chat {
   }
 
   private onEvent(e: Extract<StreamFrame, { event: 'session/event' }>['data']): void {
-    if (isEvent(e, 'turn/start')) this.running = true
-    else if (isEvent(e, 'user/message')) {
+    if (isEvent(e, 'turn/start')) {
+      this.running = true
+      if (e.data.continues !== undefined) this.say(`[continuing turn ${e.data.continues}]`)
+    } else if (isEvent(e, 'user/message')) {
       // input from elsewhere (another client, a plugin) is shown; our own is on the screen already
       if (!this.sent.has(e.data.id) && e.data.source.kind === 'user') this.say(`» ${clip(textOf(e.data.content), 200)}`)
     } else if (isEvent(e, 'assistant/message')) {
