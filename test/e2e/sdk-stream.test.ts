@@ -141,4 +141,26 @@ describe.each(DB_KINDS)('@agentd/client across kill -9 of agentd on %s', (kind) 
       await fwd.close()
     }
   }, 120000)
+
+  it('run() across a kill -9 mid-answer resolves once the session settles: interrupted today, at the continuation\'s end with SPEC §19', async () => {
+    const marker = `[[m:sdk-run-${kind}-${crypto.randomBytes(4).toString('hex')}]]`
+    const s = await client.sessions.create({ system: `You are a test agent ${marker}` })
+    a.llm.script(marker, { chunks: ['one ', 'two ', 'three'], holdAfter: 2, gate: new Promise(() => {}) }, { chunks: ['carried ', 'on'] })
+    const running = client.run(s.id, 'count', { id: 'run-crash-1' })
+    await a.llm.waitForRequest(marker, 1, 20000) // the model answers two deltas, then holds: mid-answer
+    await a.kill9()
+    await a.start()
+    const r = await running
+    expect(r.messageId).toBe('run-crash-1')
+    expect(r.admitted).toBe(true)
+    if (r.turns.length > 1) {
+      expect(r).toMatchObject({ turns: [1, 2], turn: 2, reason: { kind: 'completed' } })
+      expect(r.messages.filter((m) => m.role === 'assistant').map((m) => m.content.map((b) => (b as { text?: string }).text ?? '').join(''))).toEqual(['carried on'])
+    } else {
+      expect(CONTINUATION_EXPECTED, 'run() resolved without a continuation turn').toBe(false)
+      expect(r).toMatchObject({ turns: [1], turn: 1, reason: { kind: 'interrupted' } })
+      expect(r.events.at(-1)).toMatchObject({ type: 'turn/end', data: { turn: 1, reason: { kind: 'interrupted' } } })
+      expect(r.messages.map((m) => m.role)).toEqual(['system', 'user'])
+    }
+  }, 120000)
 })
