@@ -16,9 +16,9 @@ describe('clients/typescript/src/types.gen.ts', () => {
 
   it('changes when the document does (so the comparison above can fail)', async () => {
     const doc = JSON.parse(fs.readFileSync(OPENAPI_FILE, 'utf8'))
-    doc.paths['/v1/sessions/{id}'].get.responses['200'].content['application/json'].schema.properties.newField = { type: 'string' }
+    doc.paths['/v1/sdk-probe'] = { get: { responses: { 200: { description: 'probe', content: { 'application/json': { schema: { type: 'object', properties: { probeField: { type: 'string' } } } } } } } } }
     const changed = await generatedTypes(doc)
     expect(changed).not.toBe(await generatedTypes())
-    expect(changed).toMatch(/newField\?: string/)
+    expect(changed).toMatch(/"\/v1\/sdk-probe"[\s\S]*probeField\?: string/)
   })
 })
