@@ -1,0 +1,225 @@
+// AgentdClient: one method per route of API.md §3–§7, plus the stream, the transcript view and run.
+// Sends (followup, steer, inject) always carry an idempotency key, so their retries can never store a
+// message twice (API.md §5).
+
+import { Transport, type Repeatable, type TransportOptions } from './http.js'
+import { runTurn, type RunOptions, type RunResult } from './run.js'
+import { openStream, type SessionStream, type StreamOptions } from './stream.js'
+import type {
+  Accepted,
+  ApprovalInput,
+  CancelResult,
+  CompactResult,
+  CreateSessionInput,
+  EventsPage,
+  Inbox,
+  InputContent,
+  KeyCreated,
+  Message,
+  PendingCall,
+  Session,
+  SessionEvent,
+  SessionPage,
+  TenantCreated,
+  ToolResultInput,
+  UpdateSessionInput,
+} from './types.js'
+import { watchSession, type Watch, type WatchOptions } from './watch.js'
+
+export type AgentdClientOptions = TransportOptions
+
+export interface CallOpts {
+  signal?: AbortSignal
+}
+
+export interface SendOptions extends CallOpts {
+  /** the message's id (API.md §5 client message id); repeats with it are answered, not stored again */
+  id?: string
+  /** an `Idempotency-Key`; one is generated when neither it nor `id` is given */
+  idempotencyKey?: string
+}
+
+export type SendRoute = 'followup' | 'steer' | 'inject'
+
+/** A fresh idempotency key: 128 random bits (getRandomValues works in insecure browser contexts too). */
+export function newIdempotencyKey(): string {
+  const b = new Uint8Array(16)
+  globalThis.crypto.getRandomValues(b)
+  return `sdk-${Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('')}`
+}
+
+const sid = (id: string) => `/v1/sessions/${encodeURIComponent(id)}`
+
+export class AgentdClient {
+  /** @internal */
+  readonly transport: Transport
+  readonly sessions: SessionsApi
+  readonly admin: AdminApi
+
+  constructor(o: AgentdClientOptions) {
+    this.transport = new Transport(o)
+    this.sessions = new SessionsApi(this.transport)
+    this.admin = new AdminApi(this.transport)
+  }
+
+  private call<T>(method: string, path: string, repeat: Repeatable, o: { body?: unknown; query?: Record<string, string | number | undefined>; headers?: Record<string, string>; signal?: AbortSignal } = {}): Promise<T> {
+    return this.transport.call<T>({ method, path, repeat, ...o })
+  }
+
+  // ---- input (API.md §5) ----
+
+  /** Queues a prompt for the next turn and wakes the session. */
+  followup(sessionId: string, content: InputContent, o?: SendOptions): Promise<Accepted> {
+    return this.send('followup', sessionId, content, o)
+  }
+
+  /** Adds input to the running turn's next step (or starts a turn), waking the session. */
+  steer(sessionId: string, content: InputContent, o?: SendOptions): Promise<Accepted> {
+    return this.send('steer', sessionId, content, o)
+  }
+
+  /** Adds input to the next step without waking the session. */
+  inject(sessionId: string, content: InputContent, o?: SendOptions): Promise<Accepted> {
+    return this.send('inject', sessionId, content, o)
+  }
+
+  /** One delivery, retried through network failures, 429 and 503 under one idempotency key. */
+  send(route: SendRoute, sessionId: string, content: InputContent, o: SendOptions = {}): Promise<Accepted> {
+    const headers: Record<string, string> = {}
+    if (o.idempotencyKey !== undefined || o.id === undefined) headers['idempotency-key'] = o.idempotencyKey ?? newIdempotencyKey()
+    const body = o.id === undefined ? { content } : { content, id: o.id }
+    return this.call<Accepted>('POST', `${sid(sessionId)}/${route}`, 'idempotent', { body, headers, signal: o.signal })
+  }
+
+  /** Cancels the running turn; `cancelled: false` when nothing was running. */
+  cancel(sessionId: string, o: CallOpts & { keepInbox?: boolean } = {}): Promise<CancelResult> {
+    return this.call('POST', `${sid(sessionId)}/cancel`, 'idempotent', { body: o.keepInbox === undefined ? {} : { keepInbox: o.keepInbox }, signal: o.signal })
+  }
+
+  inbox(sessionId: string, o: CallOpts = {}): Promise<Inbox> {
+    return this.call('GET', `${sid(sessionId)}/inbox`, 'safe', o)
+  }
+
+  /** Withdraws a queued message (a cancelling removal); `queue-item-not-found` once it was claimed. */
+  async removeFromInbox(sessionId: string, messageId: string, o: CallOpts = {}): Promise<void> {
+    await this.call('DELETE', `${sid(sessionId)}/inbox/${encodeURIComponent(messageId)}`, 'once', o)
+  }
+
+  // ---- tools that wait for someone (API.md §7) ----
+
+  async pending(sessionId: string, o: CallOpts = {}): Promise<PendingCall[]> {
+    return (await this.call<{ toolCalls: PendingCall[] }>('GET', `${sid(sessionId)}/pending`, 'safe', o)).toolCalls
+  }
+
+  /** Answers a `client` tool call. */
+  async submitToolResult(sessionId: string, result: ToolResultInput, o: CallOpts = {}): Promise<void> {
+    await this.call('POST', `${sid(sessionId)}/tool-results`, 'once', { body: result, signal: o.signal })
+  }
+
+  /** Allows or denies a call waiting for approval. */
+  async decide(sessionId: string, callId: string, decision: ApprovalInput, o: CallOpts = {}): Promise<void> {
+    await this.call('POST', `${sid(sessionId)}/approvals/${encodeURIComponent(callId)}`, 'once', { body: decision, signal: o.signal })
+  }
+
+  // ---- reading (API.md §6) ----
+
+  /** One page of durable events with seq > after. */
+  events(sessionId: string, o: CallOpts & { after?: number; limit?: number } = {}): Promise<EventsPage> {
+    return this.call('GET', `${sid(sessionId)}/events`, 'safe', { query: { after: o.after, limit: o.limit }, signal: o.signal })
+  }
+
+  /** Every durable event with seq > after (default: the whole log) up to the head, page by page. */
+  async *allEvents(sessionId: string, o: CallOpts & { after?: number; pageSize?: number } = {}): AsyncGenerator<SessionEvent> {
+    let after = o.after ?? -1
+    for (;;) {
+      const page = await this.events(sessionId, { after, limit: o.pageSize ?? 1000, signal: o.signal })
+      for (const e of page.events) yield e
+      if (!page.events.length || page.events.at(-1)!.seq >= page.headSeq) return
+      after = page.events.at(-1)!.seq
+    }
+  }
+
+  /** The derived model history (SPEC §14). */
+  async messages(sessionId: string, o: CallOpts = {}): Promise<Message[]> {
+    return (await this.call<{ messages: Message[] }>('GET', `${sid(sessionId)}/messages`, 'safe', o)).messages
+  }
+
+  /** The session's frames, reconnecting by itself; see {@link SessionStream}. */
+  stream(sessionId: string, o?: StreamOptions): SessionStream {
+    return openStream(this.transport, sessionId, o)
+  }
+
+  /** A live transcript view of the session: messages, the partial answer, pending calls, status. */
+  watch(sessionId: string, o?: WatchOptions): Watch {
+    return watchSession(this, sessionId, o)
+  }
+
+  /** Sends a followup and resolves when the turn that took it ends. */
+  run(sessionId: string, content: InputContent, o?: RunOptions): Promise<RunResult> {
+    return runTurn(this, sessionId, content, o)
+  }
+}
+
+export class SessionsApi {
+  constructor(private readonly t: Transport) {}
+
+  /** Creates a session; with an `id` the create is idempotent (same body → the same session). */
+  create(body: CreateSessionInput = {}, o: CallOpts = {}): Promise<Session> {
+    return this.t.call({ method: 'POST', path: '/v1/sessions', body, repeat: body.id === undefined ? 'once' : 'idempotent', signal: o.signal })
+  }
+
+  /** One page, newest activity first. */
+  page(o: CallOpts & { limit?: number; cursor?: string } = {}): Promise<SessionPage> {
+    return this.t.call({ method: 'GET', path: '/v1/sessions', query: { limit: o.limit, cursor: o.cursor }, repeat: 'safe', signal: o.signal })
+  }
+
+  /** Every session, newest activity first, following `nextCursor` page by page. */
+  async *list(o: CallOpts & { pageSize?: number } = {}): AsyncGenerator<Session> {
+    let cursor: string | undefined
+    for (;;) {
+      const p = await this.page({ limit: o.pageSize, cursor, signal: o.signal })
+      yield* p.sessions
+      if (!p.nextCursor) return
+      cursor = p.nextCursor
+    }
+  }
+
+  get(id: string, o: CallOpts = {}): Promise<Session> {
+    return this.t.call({ method: 'GET', path: sid(id), repeat: 'safe', signal: o.signal })
+  }
+
+  update(id: string, body: UpdateSessionInput, o: CallOpts = {}): Promise<Session> {
+    return this.t.call({ method: 'PATCH', path: sid(id), body, repeat: 'idempotent', signal: o.signal })
+  }
+
+  async delete(id: string, o: CallOpts = {}): Promise<void> {
+    await this.t.call({ method: 'DELETE', path: sid(id), repeat: 'once', signal: o.signal })
+  }
+
+  /** A new session starting with a copy of this one's log (API.md §9). */
+  fork(id: string, o: CallOpts & { atSeq?: number } = {}): Promise<Session> {
+    return this.t.call({ method: 'POST', path: `${sid(id)}/fork`, body: o.atSeq === undefined ? {} : { atSeq: o.atSeq }, repeat: 'once', signal: o.signal })
+  }
+
+  /** Manual compaction while idle; `session-busy` while a turn runs. */
+  compact(id: string, o: CallOpts = {}): Promise<CompactResult> {
+    return this.t.call({ method: 'POST', path: `${sid(id)}/compact`, body: {}, repeat: 'once', signal: o.signal })
+  }
+}
+
+/** Admin routes (API.md §3); they need the client's `adminToken`. */
+export class AdminApi {
+  constructor(private readonly t: Transport) {}
+
+  createTenant(name: string, o: CallOpts = {}): Promise<TenantCreated> {
+    return this.t.call({ method: 'POST', path: '/v1/admin/tenants', body: { name }, auth: 'admin', repeat: 'once', signal: o.signal })
+  }
+
+  createKey(tenantId: string, o: CallOpts = {}): Promise<KeyCreated> {
+    return this.t.call({ method: 'POST', path: `/v1/admin/tenants/${encodeURIComponent(tenantId)}/keys`, body: {}, auth: 'admin', repeat: 'once', signal: o.signal })
+  }
+
+  async deleteKey(keyId: string, o: CallOpts = {}): Promise<void> {
+    await this.t.call({ method: 'DELETE', path: `/v1/admin/keys/${encodeURIComponent(keyId)}`, auth: 'admin', repeat: 'once', signal: o.signal })
+  }
+}
