@@ -1,60 +1,74 @@
-// Prometheus text metrics (API.md §8): HTTP, turns, steps, attempts, tool calls, event appends,
-// SSE subscribers, lease takeovers. Counters live in memory; each process exposes its own.
+// Prometheus metrics (API.md §8) through prom-client: one registry per process, the default process
+// metrics, and agentd's own families. Labels stay bounded: routes are route patterns, never session
+// ids, and tenants appear only where a feature says so. Each part of the server may add its own
+// families with counter()/gauge()/histogram(); docs/operations.md lists every family a process serves.
 
-type Labels = Record<string, string | number>
+import client from 'prom-client'
 
-class Counter {
-  readonly values = new Map<string, number>()
-  constructor(readonly name: string, readonly help: string) {}
-  inc(labels: Labels = {}, by = 1): void {
-    const k = labelText(labels)
-    this.values.set(k, (this.values.get(k) ?? 0) + by)
-  }
-}
-
-const labelText = (l: Labels) => {
-  const keys = Object.keys(l).sort()
-  return keys.length ? `{${keys.map((k) => `${k}="${String(l[k]).replace(/["\\\n]/g, '_')}"`).join(',')}}` : ''
-}
+/** Seconds buckets for HTTP answers and tool calls: 1 ms to a minute. */
+const FAST_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
+/** Seconds buckets for model attempts and turns, which run much longer. */
+const SLOW_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900]
 
 export class Metrics {
-  readonly httpRequests = new Counter('agentd_http_requests_total', 'HTTP requests by method, route and status')
-  readonly httpSeconds = new Counter('agentd_http_request_seconds_sum', 'Total seconds spent answering HTTP requests')
-  readonly turns = new Counter('agentd_turns_total', 'Turns ended, by end reason')
-  readonly steps = new Counter('agentd_steps_total', 'Steps started')
-  readonly attempts = new Counter('agentd_attempts_total', 'Model attempts settled, by outcome')
-  readonly toolCalls = new Counter('agentd_tool_calls_total', 'Tool results committed, by error code (ok when none)')
-  readonly appends = new Counter('agentd_event_appends_total', 'Durable events appended by this process')
-  readonly takeovers = new Counter('agentd_lease_takeovers_total', 'Expired leases taken over (crash repair)')
-  readonly leaseClaims = new Counter('agentd_lease_claims_total', 'Session leases claimed')
-  /** gauges read at scrape time */
-  gauges: Array<{ name: string; help: string; read: () => number }> = []
+  readonly registry = new client.Registry()
+
+  readonly httpSeconds = this.histogram('agentd_http_request_duration_seconds', 'HTTP answers by method, route pattern and status', ['method', 'route', 'status'], FAST_BUCKETS)
+  readonly turns = this.counter('agentd_turns_total', 'Turns ended, by end reason', ['reason'])
+  readonly steps = this.counter('agentd_steps_total', 'Steps started')
+  readonly attempts = this.counter('agentd_attempts_total', 'Model attempts settled, by outcome', ['outcome'])
+  readonly toolCalls = this.counter('agentd_tool_calls_total', 'Tool results committed, by error code (ok when none)', ['code'])
+  readonly appends = this.counter('agentd_event_appends_total', 'Durable events appended by this process')
+  readonly takeovers = this.counter('agentd_lease_takeovers_total', 'Expired leases taken over (crash repair)')
+  readonly leaseClaims = this.counter('agentd_lease_claims_total', 'Session leases claimed')
+
+  constructor() {
+    client.collectDefaultMetrics({ register: this.registry })
+  }
+
+  counter<L extends string = never>(name: string, help: string, labelNames: readonly L[] = []): client.Counter<L> {
+    return new client.Counter({ name, help, labelNames: [...labelNames], registers: [this.registry] })
+  }
+
+  histogram<L extends string = never>(name: string, help: string, labelNames: readonly L[] = [], buckets: number[] = SLOW_BUCKETS): client.Histogram<L> {
+    return new client.Histogram({ name, help, labelNames: [...labelNames], buckets, registers: [this.registry] })
+  }
+
+  /** A gauge read at scrape time (`read` returns one value, or values by label). */
+  gauge<L extends string = never>(name: string, help: string, read: () => number | Array<{ labels: Partial<Record<L, string>>; value: number }>, labelNames: readonly L[] = []): client.Gauge<L> {
+    return new client.Gauge({
+      name,
+      help,
+      labelNames: [...labelNames],
+      registers: [this.registry],
+      collect() {
+        let v: ReturnType<typeof read>
+        try {
+          v = read()
+        } catch {
+          v = NaN
+        }
+        this.reset()
+        if (typeof v === 'number') this.set(v)
+        else for (const x of v) this.set(x.labels as Partial<Record<L, string | number>>, x.value)
+      },
+    })
+  }
 
   http(method: string, route: string, status: number, seconds: number): void {
-    this.httpRequests.inc({ method, route, status })
-    this.httpSeconds.inc({}, seconds)
+    this.httpSeconds.observe({ method, route, status: String(status) }, seconds)
   }
 
-  gauge(name: string, help: string, read: () => number): void {
-    this.gauges.push({ name, help, read })
+  get contentType(): string {
+    return this.registry.contentType
   }
 
-  render(): string {
-    const out: string[] = []
-    for (const c of [this.httpRequests, this.httpSeconds, this.turns, this.steps, this.attempts, this.toolCalls, this.appends, this.takeovers, this.leaseClaims]) {
-      out.push(`# HELP ${c.name} ${c.help}`, `# TYPE ${c.name} counter`)
-      if (!c.values.size) out.push(`${c.name} 0`)
-      for (const [k, v] of c.values) out.push(`${c.name}${k} ${v}`)
-    }
-    for (const g of this.gauges) {
-      let v = 0
-      try {
-        v = g.read()
-      } catch {
-        v = NaN
-      }
-      out.push(`# HELP ${g.name} ${g.help}`, `# TYPE ${g.name} gauge`, `${g.name} ${v}`)
-    }
-    return `${out.join('\n')}\n`
+  render(): Promise<string> {
+    return this.registry.metrics()
   }
 }
+
+/** Seconds since a process.hrtime.bigint() reading. */
+export const secondsSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e9
+
+export { FAST_BUCKETS, SLOW_BUCKETS }

@@ -4,6 +4,7 @@
 import Fastify, { LogController, type FastifyInstance } from 'fastify'
 import websocket from '@fastify/websocket'
 import type { HttpDeps } from './deps.js'
+import { secondsSince } from '../metrics.js'
 import { connectionsPlugin } from './connections.js'
 import { errorsPlugin, frameworkErrors, handleClientError } from './errors.js'
 import { inputPlugin } from './input.js'
@@ -47,7 +48,7 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
   })
   app.addHook('onResponse', async (req, reply) => {
     const started = (req as unknown as { started?: bigint }).started
-    deps.metrics.http(req.method, req.routeOptions.url ?? 'unmatched', reply.statusCode, started ? Number(process.hrtime.bigint() - started) / 1e9 : 0)
+    deps.metrics.http(req.method, req.routeOptions.url ?? 'unmatched', reply.statusCode, started ? secondsSince(started) : 0)
   })
   await app.register(websocket, { options: { maxPayload: deps.config.bodyLimit } })
 

@@ -40,7 +40,7 @@ export async function opsRoutes(app: FastifyInstance, { deps, routes }: OpsOptio
     if (ok) return reply.send({ ok: true })
     throw new ApiError('unavailable', 'not ready: the database does not answer or its migrations are not current', undefined, { 'retry-after': '2' })
   })
-  app.get('/metrics', { schema: { operationId: 'metrics', summary: 'Prometheus metrics' } }, async (_req, reply) => reply.type('text/plain; version=0.0.4; charset=utf-8').send(deps.metrics.render()))
+  app.get('/metrics', { schema: { operationId: 'metrics', summary: 'Prometheus metrics' } }, async (_req, reply) => reply.type(deps.metrics.contentType).send(await deps.metrics.render()))
   let doc: string | undefined
   app.get('/openapi.json', { schema: { operationId: 'openapi', summary: 'This document' } }, async (_req, reply) => {
     doc ??= JSON.stringify(openapiDocument(routes, VERSION))
