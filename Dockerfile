@@ -14,8 +14,9 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY . .
-# web/ and openapi/ may be empty in a checkout (git keeps no empty folders); the runtime stage copies both
-RUN mkdir -p web openapi && npm run build
+# web/ and openapi/ may be empty in a checkout (git keeps no empty folders); the runtime stage copies both.
+# The console runs on the SDK's library build (served at /console/sdk/): built here, without the terminal client
+RUN mkdir -p web openapi && npm run build && npm run build:lib -w @agentd/client
 
 # ---- runtime ----
 FROM node:24-bookworm-slim AS runtime
@@ -26,10 +27,12 @@ ENV NODE_ENV=production \
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
-# the server finds migrations/ and web/ at ../../ from dist/store and dist/http, i.e. /app/migrations, /app/web
+# the server finds migrations/, web/ and the SDK's build at ../../ from dist/store and dist/http, i.e.
+# /app/migrations, /app/web, /app/clients/typescript/dist
 COPY --from=build /app/dist ./dist
 COPY --from=build /app/migrations ./migrations
 COPY --from=build /app/web ./web
+COPY --from=build /app/clients/typescript/dist ./clients/typescript/dist
 COPY --from=build /app/openapi ./openapi
 # the image's built-in unprivileged user "node" (uid 1000) owns the data volume
 RUN mkdir -p /data && chown node:node /data

@@ -1,8 +1,15 @@
-// The console's only door to the server: the HTTP routes of API.md §4–§7 and the SSE stream of §6.
-// Everything else in web/ calls this client and never builds a URL; a later issue swaps these
-// internals for the browser build of the project's TypeScript SDK behind the same interface.
+// The console's only door to the server: a thin adapter over the project's SDK (@agentd/client), whose
+// browser build agentd serves at /console/sdk/. The SDK does the HTTP and the stream — auth, API.md §10
+// errors, retries, idempotency keys on every send, resume with Last-Event-ID, each durable event once,
+// no stream chunk twice after a snapshot (API.md §5, §6); this file only keeps the shapes the other
+// console modules use, and never calls fetch or EventSource itself.
 
-/** An error answer of the API (API.md §10), or `network` when the server did not answer. */
+import { AgentdClient, AgentdError, expandRecords } from './sdk/index.js'
+
+/** The compact stream records of a snapshot (SPEC §9.4) as chunks, for the streaming bubble (live.js). */
+export { expandRecords }
+
+/** An error answer of the API (API.md §10), or `network-error` when the server did not answer. */
 export class ApiError extends Error {
   constructor(code, message, status, details) {
     super(message)
@@ -16,146 +23,95 @@ export class ApiError extends Error {
   }
 }
 
-const enc = encodeURIComponent
-const query = (params) => {
-  const q = Object.entries(params)
-    .filter(([, v]) => v !== undefined && v !== null)
-    .map(([k, v]) => `${k}=${enc(v)}`)
-  return q.length ? `?${q.join('&')}` : ''
-}
+/** The SDK's error as the console shows it; anything else (an abort, a bug) as it is. */
+const asApiError = (e) => (e instanceof AgentdError ? Object.assign(new ApiError(e.code, e.message, e.status, e.details), { cause: e }) : e)
 
 /**
- * A client for one API key. Every method returns the answer's JSON body (undefined for 204) or
- * rejects with an ApiError.
+ * A client for one API key. Every method returns the answer's JSON body (undefined when it has none)
+ * or rejects with an ApiError.
  */
-export function createClient({ apiKey, baseUrl = '' }) {
-  const session = (id, rest = '') => `${baseUrl}/v1/sessions/${enc(id)}${rest}`
-
-  async function call(method, url, body) {
-    const headers = { authorization: `Bearer ${apiKey}` }
-    const init = { method, headers }
-    if (body !== undefined) {
-      headers['content-type'] = 'application/json'
-      init.body = JSON.stringify(body)
-    }
-    let res
+export function createClient({ apiKey, baseUrl = location.origin }) {
+  const sdk = new AgentdClient({ baseUrl, apiKey })
+  const wrap = (fn) => async (...args) => {
     try {
-      res = await fetch(url, init)
+      return await fn(...args)
     } catch (e) {
-      throw new ApiError('network', `the server did not answer (${e.message})`, 0)
+      throw asApiError(e)
     }
-    const text = await res.text()
-    let json
-    try {
-      json = text ? JSON.parse(text) : undefined
-    } catch {
-      json = undefined
-    }
-    if (!res.ok) {
-      const err = json && json.error
-      throw new ApiError(err?.code ?? `http-${res.status}`, err?.message ?? (text || res.statusText), res.status, err?.details)
-    }
-    return json
   }
 
   return {
     // §4 sessions
-    listSessions: ({ limit, cursor } = {}) => call('GET', `${baseUrl}/v1/sessions${query({ limit, cursor })}`),
-    createSession: (body = {}) => call('POST', `${baseUrl}/v1/sessions`, body),
-    getSession: (id) => call('GET', session(id)),
-    updateSession: (id, patch) => call('PATCH', session(id), patch),
-    // §5 input; `kind` is the route: followup | steer | inject; `messageId` makes it safe to repeat
-    deliver: (id, kind, content, { messageId } = {}) => call('POST', session(id, `/${kind}`), { content, ...(messageId ? { id: messageId } : {}) }),
-    cancel: (id, { keepInbox } = {}) => call('POST', session(id, '/cancel'), keepInbox === undefined ? {} : { keepInbox }),
-    inbox: (id) => call('GET', session(id, '/inbox')),
-    removeFromInbox: (id, messageId) => call('DELETE', session(id, `/inbox/${enc(messageId)}`)),
+    listSessions: wrap(({ limit, cursor } = {}) => sdk.sessions.page({ limit, cursor })),
+    createSession: wrap((body = {}) => sdk.sessions.create(body)),
+    getSession: wrap((id) => sdk.sessions.get(id)),
+    updateSession: wrap((id, patch) => sdk.sessions.update(id, patch)),
+    // §5 input; `kind` is the route: followup | steer | inject. The SDK sends an idempotency key (or
+    // `messageId`, the message's own id) and repeats the send through failures: never lost, never doubled
+    deliver: wrap((id, kind, content, { messageId } = {}) => sdk.send(kind, id, content, messageId ? { id: messageId } : {})),
+    cancel: wrap((id, { keepInbox } = {}) => sdk.cancel(id, { keepInbox })),
+    inbox: wrap((id) => sdk.inbox(id)),
+    removeFromInbox: wrap((id, messageId) => sdk.removeFromInbox(id, messageId)),
     // §7 tools that wait for someone
-    pending: (id) => call('GET', session(id, '/pending')),
-    sendToolResult: (id, { callId, content, isError }) => call('POST', session(id, '/tool-results'), { callId, content, ...(isError ? { isError: true } : {}) }),
-    answerApproval: (id, callId, { decision, reason }) => call('POST', session(id, `/approvals/${enc(callId)}`), { decision, ...(reason ? { reason } : {}) }),
+    pending: wrap(async (id) => ({ toolCalls: await sdk.pending(id) })),
+    sendToolResult: wrap((id, { callId, content, isError }) => sdk.submitToolResult(id, { callId, content, ...(isError ? { isError: true } : {}) })),
+    answerApproval: wrap((id, callId, { decision, reason }) => sdk.decide(id, callId, { decision, ...(reason ? { reason } : {}) })),
     // §6 reading
-    events: (id, { after, limit } = {}) => call('GET', session(id, `/events${query({ after, limit })}`)),
-    stream: (id, handlers) => openStream(session(id, '/stream'), apiKey, () => call('GET', session(id)), handlers),
+    events: wrap((id, { after, limit } = {}) => sdk.events(id, { after, limit })),
+    stream: (id, handlers) => follow(sdk, id, handlers),
+    /**
+     * Any other route (secrets, webhooks, usage, …): `request('PUT', '/v1/…', body)`. GET is repeated
+     * through failures, PUT too (it is idempotent), other methods only when nothing reached the server.
+     */
+    request: wrap((method, path, body) => sdk.request(method, path, body === undefined ? {} : { body })),
   }
 }
 
-const LIVE_FRAMES = ['stream/ready', 'agent/status', 'agent/session-start', 'agent/inbox/inserted', 'agent/inbox/claimed', 'agent/inbox/discarded', 'agent/assistant-stream', 'agent/error', 'stream/error']
+/** A handler's failure is reported as the page's error, without ending the stream that called it. */
+function call(fn, ...args) {
+  try {
+    fn?.(...args)
+  } catch (e) {
+    queueMicrotask(() => {
+      throw e
+    })
+  }
+}
 
 /**
- * Follows a session's stream (API.md §6): every durable event with seq > `after`, once and in order,
- * across reconnects, then live frames. Handlers:
+ * Follows a session's stream (API.md §6) through `client.stream()`: every durable event with
+ * seq > `after`, once and in order, across reconnects, then live frames. Handlers:
  *   onEvent(sessionEvent)      durable events
- *   onFrame(name, data)        live frames (LIVE_FRAMES)
- *   onState(state, error?)     'connecting' | 'live' | 'reconnecting' | 'failed' (for good: 401, 404)
+ *   onFrame(name, data)        live frames (stream/ready, agent/status, agent/assistant-stream, …)
+ *   onState(state, error?)     'connecting' | 'live' | 'reconnecting' | 'failed' (for good: 401, 404, …)
  * Returns `{close()}`.
  */
-function openStream(url, apiKey, probe, { after = -1, onEvent, onFrame, onState }) {
-  let lastSeq = after
-  let es = null
+function follow(sdk, id, { after = -1, onEvent, onFrame, onState }) {
+  // no Last-Event-ID on the first connection unless there is something to resume after
+  const stream = sdk.stream(id, after >= 0 ? { after } : {})
   let closed = false
-  let retryTimer = 0
-  let retryDelay = 1000
-
-  const connect = () => {
-    if (closed) return
-    // a fresh EventSource carries no Last-Event-ID: resume with ?after= instead
-    const mine = new EventSource(`${url}?access_token=${enc(apiKey)}${lastSeq >= 0 ? `&after=${lastSeq}` : ''}`)
-    es = mine
-    onState('connecting')
-    const json = (fn) => (e) => {
-      if (closed || es !== mine) return
-      let data
-      try {
-        data = JSON.parse(e.data)
-      } catch {
-        return
+  call(onState, 'connecting')
+  void (async () => {
+    try {
+      for await (const f of stream) {
+        if (closed) return
+        if (f.event === 'session/event') call(onEvent, f.data)
+        else if (f.event === 'client/reconnecting') call(onState, 'reconnecting')
+        else if (f.event !== 'unknown') {
+          // the backlog of this connection is in: from here on it is live
+          if (f.event === 'stream/ready') call(onState, 'live')
+          call(onFrame, f.event, f.data)
+        }
       }
-      fn(data)
+    } catch (e) {
+      // the SDK ends the stream only when reconnecting cannot help (a bad key, a missing session)
+      if (!closed) call(onState, 'failed', asApiError(e))
     }
-    mine.addEventListener('open', () => {
-      if (closed || es !== mine) return
-      retryDelay = 1000
-      onState('live')
-    })
-    mine.addEventListener(
-      'session/event',
-      json((ev) => {
-        // at most once per seq, whatever a reconnect sends again
-        if (typeof ev.seq !== 'number' || ev.seq <= lastSeq) return
-        lastSeq = ev.seq
-        onEvent(ev)
-      }),
-    )
-    for (const name of LIVE_FRAMES) mine.addEventListener(name, json((data) => onFrame(name, data)))
-    mine.addEventListener('error', () => {
-      if (closed || es !== mine) return
-      // the browser reconnects by itself, sending Last-Event-ID
-      if (mine.readyState === EventSource.CONNECTING) return onState('reconnecting')
-      // closed for good (an HTTP error): find out why, then retry with backoff unless it is final
-      mine.close()
-      onState('reconnecting')
-      probe().then(
-        () => retry(),
-        (err) => {
-          if (closed) return
-          if (err.status === 401 || err.status === 404) onState('failed', err)
-          else retry()
-        },
-      )
-    })
-  }
-  const retry = () => {
-    if (closed) return
-    clearTimeout(retryTimer)
-    retryTimer = setTimeout(connect, retryDelay)
-    retryDelay = Math.min(retryDelay * 2, 15000)
-  }
-  connect()
+  })()
   return {
     close() {
       closed = true
-      clearTimeout(retryTimer)
-      es?.close()
+      stream.close()
     },
   }
 }

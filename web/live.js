@@ -1,6 +1,7 @@
 // The open session, live: its stream (API.md §6) feeds the transcript with durable events, and the
 // assistant's answer shows in a transient bubble while it streams, until its durable event replaces it.
 
+import { expandRecords } from './api.js'
 import { reportError, soon, state } from './app.js'
 import { $, h, showError } from './dom.js'
 import { refreshInbox } from './inbox.js'
@@ -109,7 +110,7 @@ function newTransient(v, f) {
   const blocks = h('div', { class: 'bubble' })
   const el = h('div', { class: 'item msg assistant transient', dataset: { attempt: f.attemptId } }, h('div', { class: 'who' }, h('span', { text: 'assistant' }), h('span', { class: 'typing', text: 'streaming' })), blocks)
   $('transient-slot').append(el)
-  v.transient = { attemptId: f.attemptId, turn: f.turn, step: f.step, el, blocks, parts: new Map(), next: 0 }
+  v.transient = { attemptId: f.attemptId, turn: f.turn, step: f.step, el, blocks, parts: new Map() }
   updateEmpty(v)
   return v.transient
 }
@@ -136,30 +137,15 @@ function applyChunk(t, c) {
   }
 }
 
-/** Expands compact stream records (SPEC §9.4) into chunks. */
-function expand(records) {
-  const out = []
-  for (const r of records ?? []) {
-    if (r.type === 'chunk') out.push(r.chunk)
-    else if (r.type === 'text-chunks') for (const text of r.texts) out.push({ type: 'text-delta', index: r.index, text })
-    else if (r.type === 'reasoning-chunks') for (const text of r.texts) out.push({ type: 'reasoning-delta', index: r.index, text })
-    else if (r.type === 'tool-call-chunks') r.args.forEach((a, i) => out.push({ type: 'tool-call-delta', index: r.index, id: r.id, ...(i === 0 && r.name !== undefined ? { name: r.name } : {}), argumentsDelta: a }))
-  }
-  return out
-}
-
 function onStreamFrame(v, f) {
   if (f.kind === 'start') newTransient(v, f)
   else if (f.kind === 'snapshot') {
     const t = newTransient(v, f)
-    const chunks = expand(f.stream)
-    for (const c of chunks) applyChunk(t, c)
-    t.next = chunks.length
+    for (const c of expandRecords(f.stream)) applyChunk(t, c)
   } else if (f.kind === 'chunk') {
+    // client.stream() already dropped chunks this bubble has (shown, or in the snapshot it began from)
     const t = v.transient
-    if (!t || t.attemptId !== f.attemptId || f.index < t.next) return // another attempt, or a chunk already shown
-    t.next = f.index + 1
-    applyChunk(t, f.chunk)
+    if (t?.attemptId === f.attemptId) applyChunk(t, f.chunk)
   } else if (f.kind === 'end') {
     // the durable assistant/message (outcome.seq) replaces the bubble; it is published before `end`
     if (v.transient?.attemptId === f.attemptId) {

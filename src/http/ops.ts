@@ -1,5 +1,5 @@
-// Operations (API.md §8): health, readiness, metrics, this API's OpenAPI document and the web console.
-// None of them needs a key.
+// Operations (API.md §8): health, readiness, metrics, this API's OpenAPI document and the web console
+// with the browser build of the SDK it runs on. None of them needs a key.
 
 import fs from 'node:fs'
 import path from 'node:path'
@@ -12,6 +12,8 @@ import * as S from './schemas.js'
 
 const HERE = path.dirname(fileURLToPath(import.meta.url))
 export const WEB_DIR = path.resolve(HERE, '../../web')
+/** The SDK's library build (`tsc -p clients/typescript`): the console imports it as ES modules. */
+export const SDK_DIR = path.resolve(HERE, '../../clients/typescript/dist')
 const VERSION = (() => {
   try {
     return JSON.parse(fs.readFileSync(path.resolve(HERE, '../../package.json'), 'utf8')).version as string
@@ -21,6 +23,15 @@ const VERSION = (() => {
 })()
 
 const STATIC_TYPES: Record<string, string> = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8', '.svg': 'image/svg+xml' }
+
+/** false for anything but a readable regular file, a name no file can have (a NUL in it) included */
+function isFile(full: string): boolean {
+  try {
+    return fs.statSync(full).isFile()
+  } catch {
+    return false
+  }
+}
 
 export interface OpsOptions {
   deps: HttpDeps
@@ -46,12 +57,16 @@ export async function opsRoutes(app: FastifyInstance, { deps, routes }: OpsOptio
     doc ??= JSON.stringify(openapiDocument(routes, VERSION))
     return reply.type('application/json').send(doc)
   })
-  // the web console: static files of web/
-  const serve = async (file: string, reply: FastifyReply) => {
-    const full = path.resolve(WEB_DIR, file)
-    if (!full.startsWith(WEB_DIR + path.sep) || !fs.existsSync(full)) throw new ApiError('not-found', `no file ${file}`)
+  // the web console: static files of web/, and the SDK's library modules (the files at the top of its
+  // build; the terminal client's cli/ and the type declarations are not the console's)
+  const serve = async (dir: string, file: string, reply: FastifyReply, only = (_full: string) => true) => {
+    const full = path.resolve(dir, file)
+    if (!full.startsWith(dir + path.sep) || !only(full) || !isFile(full)) throw new ApiError('not-found', `no file ${file}`)
     return reply.type(STATIC_TYPES[path.extname(full)] ?? 'application/octet-stream').header('cache-control', 'no-cache').send(fs.readFileSync(full))
   }
-  app.get('/', { schema: { operationId: 'console', summary: 'The web console' } }, async (_req, reply) => serve('index.html', reply))
-  app.get('/console/:file', { schema: { operationId: 'consoleAsset', summary: 'Console assets' } }, async (req, reply) => serve((req.params as { file: string }).file, reply))
+  const sdkModule = (full: string) => path.dirname(full) === SDK_DIR && full.endsWith('.js')
+  if (!fs.existsSync(path.join(SDK_DIR, 'index.js'))) deps.log.warn(`the web console needs the SDK's browser build in ${SDK_DIR}: run npm run build:client`)
+  app.get('/', { schema: { operationId: 'console', summary: 'The web console' } }, async (_req, reply) => serve(WEB_DIR, 'index.html', reply))
+  app.get('/console/:file', { schema: { operationId: 'consoleAsset', summary: 'Console assets' } }, async (req, reply) => serve(WEB_DIR, (req.params as { file: string }).file, reply))
+  app.get('/console/sdk/:file', { schema: { operationId: 'consoleSdkModule', summary: "The SDK's browser build, for the console" } }, async (req, reply) => serve(SDK_DIR, (req.params as { file: string }).file, reply, sdkModule))
 }

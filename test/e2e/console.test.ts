@@ -3,16 +3,19 @@
 // console is driven only through its UI, as a new user would; what it sent is checked against the
 // durable log, and every screenshot (kept in a temp dir) against layout facts.
 
+import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
+import { SDK_DIR, WEB_DIR } from '../../src/http/ops.js'
 
 const CHROMIUM = '/usr/bin/chromium'
 const SHOTS = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-console-'))
@@ -39,6 +42,50 @@ const addPlugin = (root: any) =>
   })
 
 afterAll(() => console.log(`console screenshots: ${SHOTS}`))
+
+/** What the relay saw of a stream request of the console. */
+interface StreamSeen {
+  url: string
+  lastEventId?: string
+}
+type StreamHandler = (n: number, req: http.IncomingMessage, res: http.ServerResponse, upstream: (headers: http.IncomingHttpHeaders) => Promise<http.IncomingMessage>) => void | Promise<void>
+
+/**
+ * A relay between the browser and the test server at `target`, streamed both ways, that sees the
+ * console's own stream requests: the n-th of them (from 0) goes to `onStream`, which answers it itself
+ * or through `upstream`.
+ */
+async function startRelay(target: string, onStream: StreamHandler) {
+  const up = new URL(target)
+  const streams: StreamSeen[] = []
+  const upstream = (req: http.IncomingMessage, res: http.ServerResponse, headers: http.IncomingHttpHeaders) =>
+    new Promise<http.IncomingMessage>((resolve) => {
+      const r = http.request({ host: up.hostname, port: up.port, method: req.method, path: req.url, headers: { ...headers, host: up.host } }, resolve)
+      r.on('error', () => res.destroy())
+      res.on('close', () => r.destroy())
+      req.pipe(r)
+    })
+  const server = http.createServer((req, res) => {
+    if (/^\/v1\/sessions\/[^/]+\/stream/.test(req.url ?? '')) {
+      const lastEventId = req.headers['last-event-id']
+      streams.push({ url: req.url!, lastEventId: typeof lastEventId === 'string' ? lastEventId : undefined })
+      return void onStream(streams.length - 1, req, res, (headers) => upstream(req, res, headers))
+    }
+    void upstream(req, res, req.headers).then((ur) => {
+      res.writeHead(ur.statusCode ?? 502, ur.headers)
+      ur.pipe(res)
+    })
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    streams,
+    close: async () => {
+      server.closeAllConnections()
+      await new Promise((r) => server.close(r))
+    },
+  }
+}
 
 describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport) => {
   const isPhone = viewport.width < 760
@@ -474,7 +521,7 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
     await page.context().close()
   }, 60000)
 
-  it('the session list pages with Load more; after a dropped stream the browser resumes with Last-Event-ID and a replayed backlog shows nothing twice', async () => {
+  it('the session list pages with Load more; after a dropped stream the SDK resumes with Last-Event-ID and a replayed backlog shows nothing twice', async () => {
     for (let i = 0; i < 32; i++) await t.createSession({ metadata: { filler: i } })
     const s = await t.createSession()
     t.models.script(s.id, { text: ['first answer'] }, { text: ['second answer'] })
@@ -486,34 +533,23 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
     expect(total).toBeGreaterThan(30)
     expect(total).toBeLessThanOrEqual(60)
 
-    // the console talks to the server through a proxy that sees the browser's own stream requests:
-    // the first stream answers the backlog and ends, so EventSource reconnects by itself; the
+    // the console talks to the server through a relay that sees the browser's own stream requests:
+    // the first stream answers the backlog and ends, so client.stream() reconnects by itself; the
     // reconnect is forwarded without its Last-Event-ID, so the server sends the whole log again,
     // which the console must not show twice
-    const streams: Array<{ url: string; lastEventId?: string }> = []
-    const upstream = new URL(t.url)
-    const proxy = http.createServer((req, res) => {
-      const headers: http.OutgoingHttpHeaders = { ...req.headers, host: upstream.host }
-      if (/^\/v1\/sessions\/[^/]+\/stream/.test(req.url ?? '')) {
-        const lastEventId = req.headers['last-event-id']
-        streams.push({ url: req.url!, lastEventId: typeof lastEventId === 'string' ? lastEventId : undefined })
-        if (streams.length === 1) {
-          res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
-          res.end('retry: 150\n\n' + log.map((e) => `event: session/event\nid: ${e.seq}\ndata: ${JSON.stringify(e)}\n\n`).join(''))
-          return
-        }
-        delete headers['last-event-id']
+    const relay = await startRelay(t.url, async (n, req, res, upstream) => {
+      if (n === 0) {
+        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
+        res.end('retry: 150\n\n' + log.map((e) => `event: session/event\nid: ${e.seq}\ndata: ${JSON.stringify(e)}\n\n`).join(''))
+        return
       }
-      const up = http.request({ host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers }, (ur) => {
-        res.writeHead(ur.statusCode ?? 502, ur.headers)
-        ur.pipe(res)
-      })
-      up.on('error', () => res.destroy())
-      res.on('close', () => up.destroy())
-      req.pipe(up)
+      const { 'last-event-id': _dropped, ...headers } = req.headers
+      const ur = await upstream(headers)
+      res.writeHead(ur.statusCode ?? 502, ur.headers)
+      ur.pipe(res)
     })
-    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r))
-    const proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`
+    const streams = relay.streams
+    const proxyUrl = relay.url
     const page = await newPage()
     explainOnFailure(page, () => s.id)
     await openConsole(page, proxyUrl)
@@ -552,7 +588,210 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
     expect(streams.length).toBe(2)
     expect(pageErrors).toEqual([])
     await page.context().close()
-    proxy.closeAllConnections()
-    await new Promise((r) => proxy.close(r))
+    await relay.close()
   }, 60000)
+
+  it('runs on the SDK build: its modules come from /console/sdk/, every request is the SDK\'s fetch, and sends carry its idempotency keys', async () => {
+    const s = await t.createSession()
+    t.models.script(s.id, { text: ['answered through the SDK'] })
+    const page = await newPage()
+    explainOnFailure(page, () => s.id)
+    // every fetch the page makes, with the frame that called it; any EventSource, XMLHttpRequest or WebSocket at all
+    await page.addInitScript(() => {
+      const w = globalThis as any
+      w.__net = []
+      const fetch0 = w.fetch
+      w.fetch = function (input: unknown, init?: unknown) {
+        w.__net.push({ kind: 'fetch', url: String((input as { url?: string })?.url ?? input), caller: String(new Error().stack).split('\n')[2] ?? '' })
+        return fetch0.call(this, input, init)
+      }
+      for (const name of ['EventSource', 'XMLHttpRequest', 'WebSocket']) {
+        const Original = w[name]
+        w[name] = function (...args: unknown[]) {
+          w.__net.push({ kind: name, url: String(args[0]) })
+          return new Original(...args)
+        }
+      }
+    })
+    const modules: Array<{ path: string; status: number; type?: string }> = []
+    const sends: Array<Record<string, string>> = []
+    page.on('response', (r) => {
+      const u = new URL(r.url())
+      if (u.pathname.endsWith('.js')) modules.push({ path: u.pathname, status: r.status(), type: r.headers()['content-type'] })
+    })
+    page.on('request', (r) => {
+      if (r.method() === 'POST' && /\/followup$/.test(new URL(r.url()).pathname)) sends.push(r.headers())
+    })
+    await openConsole(page)
+    await pickSession(page, `.session-item[data-id="${s.id}"]`)
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    await page.fill('#composer-input', 'through the SDK, please')
+    await page.press('#composer-input', 'Enter')
+    await expect.poll(() => assistantTexts(page), WAIT).toEqual(['answered through the SDK'])
+    await expect.poll(() => badge(page), WAIT).toBe('idle')
+
+    // the console's api.js imports the library as agentd serves it, module by module
+    const sdk = modules.filter((m) => m.path.startsWith('/console/sdk/')).map((m) => m.path)
+    for (const file of ['index.js', 'client.js', 'http.js', 'stream.js', 'sse.js', 'retry.js', 'errors.js']) expect(sdk, file).toContain(`/console/sdk/${file}`)
+    for (const m of modules) {
+      expect(m.status, m.path).toBe(200)
+      expect(m.type, m.path).toMatch(/^text\/javascript/)
+    }
+    // every request went out through the SDK's transport; nothing opened a connection of another kind
+    const net: Array<{ kind: string; url: string; caller?: string }> = await page.evaluate(() => (globalThis as any).__net)
+    expect(net.filter((n) => n.kind !== 'fetch')).toEqual([])
+    const paths = net.map((n) => new URL(n.url).pathname)
+    expect(paths).toContain(`/v1/sessions/${s.id}/stream`)
+    expect(paths).toContain(`/v1/sessions/${s.id}/followup`)
+    expect(paths).toContain('/v1/sessions')
+    for (const n of net) expect(n.caller, `${n.url} was fetched by ${n.caller}`).toMatch(/\/console\/sdk\/[a-z.]+\.js:\d+:\d+\)?$/)
+    // the send is a safe one: an idempotency key of the SDK's
+    expect(sends).toHaveLength(1)
+    expect(sends[0]['idempotency-key']).toMatch(/^sdk-[0-9a-f]{32}$/)
+    const log = await t.waitIdle(s.id)
+    expectValidLog(log)
+    expect(log.filter((e) => e.type === 'user/message').map((e) => (e.data as any).content)).toEqual([[{ type: 'text', text: 'through the SDK, please' }]])
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
+
+  it('a stream cut mid-answer resumes on the snapshot, and chunks the snapshot covered, sent again after it, show once', async () => {
+    const s = await t.createSession()
+    const g = gate()
+    t.models.script(s.id, { text: ['Hello', ' from', ' the', ' model.'], holdAfter: 2, gate: g.promise })
+    // the first stream is cut after the chunk " from"; the second one gets those chunks again right
+    // after its snapshot, as a server may send a chunk the snapshot already covers (API.md §6)
+    const chunks: string[] = []
+    let replayed = false
+    const relay = await startRelay(t.url, async (n, req, res, upstream) => {
+      const ur = await upstream(req.headers)
+      res.writeHead(ur.statusCode ?? 502, ur.headers)
+      ur.setEncoding('utf8')
+      let buf = ''
+      ur.on('data', (text: string) => {
+        buf += text
+        for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
+          const frame = buf.slice(0, i + 2)
+          buf = buf.slice(i + 2)
+          res.write(frame)
+          if (n === 0 && frame.includes('"kind":"chunk"')) {
+            chunks.push(frame)
+            if (frame.includes('" from"')) return void (ur.destroy(), res.end())
+          }
+          if (n === 1 && !replayed && frame.includes('"kind":"snapshot"')) {
+            replayed = true
+            for (const c of chunks) res.write(c)
+          }
+        }
+      })
+      ur.on('end', () => res.end())
+    })
+    const page = await newPage()
+    explainOnFailure(page, () => s.id)
+    await openConsole(page, relay.url)
+    await pickSession(page, `.session-item[data-id="${s.id}"]`)
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    // every text the streaming bubble shows, as it changes
+    await page.evaluate(() => {
+      const w = globalThis as any
+      w.__bubble = []
+      const slot = w.document.getElementById('transient-slot')
+      new w.MutationObserver(() => {
+        const b = slot.querySelector('.transient .bubble')
+        if (b) w.__bubble.push(b.textContent)
+      }).observe(slot, { subtree: true, childList: true, characterData: true })
+    })
+    await page.fill('#composer-input', 'say hello')
+    await page.press('#composer-input', 'Enter')
+    await expect.poll(() => replayed, WAIT).toBe(true)
+    expect(relay.streams).toHaveLength(2)
+    expect(relay.streams[1].lastEventId).toMatch(/^\d+$/)
+    expect(chunks.length).toBeGreaterThanOrEqual(2)
+    await expect.poll(() => texts(page, '#transient-slot .transient .bubble'), WAIT).toEqual(['Hello from'])
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    g.open()
+    await expect.poll(() => assistantTexts(page), WAIT).toEqual(['Hello from the model.'])
+    await expect.poll(() => page.$$eval('#transient-slot > *', (els) => els.length), WAIT).toBe(0)
+    const shown: string[] = await page.evaluate(() => (globalThis as any).__bubble)
+    expect(shown).toContain('Hello from')
+    for (const text of shown) expect('Hello from the model.'.startsWith(text), `the bubble showed ${JSON.stringify(text)}`).toBe(true)
+    await expectUniqueSeqs(page)
+    expect(await itemSeqs(page)).toEqual((await t.waitIdle(s.id)).map((e) => e.seq))
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+    await relay.close()
+  }, 60000)
+})
+
+describe('the console on the SDK build, at the source and at the route', () => {
+  const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+  let t: TestApp
+  let fresh: string
+  beforeAll(async () => {
+    t = await startTestApp({ kind: 'pglite' })
+    // the library as its sources compile today, to compare with what agentd serves
+    fresh = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-console-sdk-'))
+    execFileSync(path.join(ROOT, 'node_modules/.bin/tsc'), ['-p', path.join(ROOT, 'clients/typescript'), '--outDir', fresh], { stdio: 'inherit' })
+  }, 120000)
+  afterAll(async () => {
+    await t?.close()
+    if (fresh) fs.rmSync(fresh, { recursive: true, force: true })
+  })
+
+  it('no console module but api.js reaches the network, and api.js does it only through the SDK it imports from /console/sdk/', () => {
+    const files = fs.readdirSync(WEB_DIR).filter((f) => f.endsWith('.js'))
+    expect(files).toContain('api.js')
+    for (const f of files) {
+      const code = fs.readFileSync(path.join(WEB_DIR, f), 'utf8').replace(/\/\/.*$/gm, '')
+      expect(code, `web/${f} calls the network itself`).not.toMatch(/\bfetch\s*\(|\bEventSource\b|\bXMLHttpRequest\b|\bWebSocket\b|\bsendBeacon\b/)
+      const imports = [...code.matchAll(/\bfrom\s+['"]([^'"]+)['"]|\bimport\s*\(\s*['"]([^'"]+)['"]/g)].map((m) => m[1] ?? m[2])
+      for (const spec of imports) expect(spec, `web/${f} imports ${spec}`).toMatch(f === 'api.js' ? /^\.\/(sdk\/index|[a-z-]+)\.js$/ : /^\.\/[a-z-]+\.js$/)
+      if (f !== 'api.js') expect(imports, `web/${f} imports the SDK itself`).not.toContain('./sdk/index.js')
+    }
+    expect(fs.readFileSync(path.join(WEB_DIR, 'api.js'), 'utf8')).toMatch(/import \{[^}]*\bAgentdClient\b[^}]*\} from '\.\/sdk\/index\.js'/)
+  })
+
+  it('GET /console/sdk/:file serves the library build as it compiles from its sources today, module by module, as the console files are', async () => {
+    const served = async (file: string) => {
+      const r = await fetch(`${t.url}/console/sdk/${file}`)
+      return { status: r.status, type: r.headers.get('content-type'), cache: r.headers.get('cache-control'), text: await r.text() }
+    }
+    const own = await fetch(`${t.url}/console/api.js`)
+    // the module graph from index.js: every module it reaches is served, and is what the sources compile to
+    const seen = new Set<string>()
+    const walk = async (file: string) => {
+      if (seen.has(file)) return
+      seen.add(file)
+      const r = await served(file)
+      expect(r.status, file).toBe(200)
+      expect(r.type, file).toBe('text/javascript; charset=utf-8')
+      expect(r.cache, file).toBe(own.headers.get('cache-control'))
+      expect(r.text, `${file}: clients/typescript/dist is stale: run npm run build:client`).toBe(fs.readFileSync(path.join(fresh, file), 'utf8'))
+      for (const m of r.text.matchAll(/\bfrom\s+['"]\.\/([^'"]+)['"]|\bimport\s*\(\s*['"]\.\/([^'"]+)['"]/g)) await walk(m[1] ?? m[2])
+    }
+    await walk('index.js')
+    for (const file of ['client.js', 'http.js', 'stream.js', 'sse.js', 'watch.js', 'run.js']) expect(seen, file).toContain(file)
+    // every module of the library build is there, not only those the graph reaches
+    for (const f of fs.readdirSync(fresh).filter((x) => x.endsWith('.js'))) expect((await served(f)).status, f).toBe(200)
+  })
+
+  it('serves nothing else: not the terminal client, not type declarations or maps, nothing outside the build; each refusal is API.md §10', async () => {
+    expect(fs.existsSync(path.join(SDK_DIR, 'cli', 'agentd-chat.js')), 'the full build has the terminal client, which the route must not serve').toBe(true)
+    expect(fs.existsSync(path.join(SDK_DIR, 'index.d.ts'))).toBe(true)
+    for (const file of ['cli%2Fagentd-chat.js', 'cli%2Frender.js', 'index.d.ts', 'index.js.map', 'nope.js', '..%2F..%2F..%2Fpackage.json', '..%2Fpackage.json', '%2E%2E%2Fsrc%2Findex.ts', '.', '..%2F..%2F..%2Fweb%2Fapi.js']) {
+      const r = await fetch(`${t.url}/console/sdk/${file}`)
+      expect(r.status, file).toBe(404)
+      expect(((await r.json()) as any).error.code, file).toBe('not-found')
+    }
+    // a path of two segments is no route at all
+    expect((await fetch(`${t.url}/console/sdk/cli/agentd-chat.js`)).status).toBe(404)
+    const bad = await fetch(`${t.url}/console/sdk/a%00.js`)
+    expect(bad.status).toBe(400)
+    expect(((await bad.json()) as any).error.code).toBe('bad-request')
+  })
+
+  it('is a route of openapi.json with its own operation id', async () => {
+    const doc = (await (await fetch(`${t.url}/openapi.json`)).json()) as any
+    expect(doc.paths['/console/sdk/{file}'].get.operationId).toBe('consoleSdkModule')
+  })
 })

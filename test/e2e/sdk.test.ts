@@ -268,6 +268,35 @@ describe.each(DB_KINDS)('@agentd/client on %s', (kind) => {
     await expectAgentdError(new AgentdClient({ baseUrl: t.url, adminToken: 'wrong' }).admin.createTenant('x'), 401, 'unauthorized')
   })
 
+  it('request: any route by method and path, with the key or the admin token, the API errors and the retry rules of its method', async () => {
+    const s = await client.sessions.create({ metadata: { via: 'request' } })
+    expect(await client.request('GET', `/v1/sessions/${encodeURIComponent(s.id)}`)).toEqual(await client.sessions.get(s.id))
+    expect(await client.request('patch', `/v1/sessions/${encodeURIComponent(s.id)}`, { body: { title: 'by request' } })).toMatchObject({ id: s.id, title: 'by request' })
+    const page = await client.request<{ sessions: Array<{ id: string }> }>('GET', '/v1/sessions', { query: { limit: 1 } })
+    expect(page.sessions.map((x) => x.id)).toEqual([s.id])
+    // a keyed POST repeats like a send: the same answer, stored once
+    const n = rec.calls.length
+    const a = await client.request('POST', `/v1/sessions/${encodeURIComponent(s.id)}/inject`, { body: { content: 'by request' }, idempotencyKey: 'req-key-1' })
+    expect(a).toEqual({ messageId: idemMessageId('req-key-1'), seq: expect.any(Number) })
+    const head = (await t.events(s.id)).length
+    expect(await client.request('POST', `/v1/sessions/${encodeURIComponent(s.id)}/inject`, { body: { content: 'by request' }, idempotencyKey: 'req-key-1' })).toEqual(a)
+    expect((await t.events(s.id)).length).toBe(head)
+    expect(rec.calls.slice(n).filter((c) => c.url.endsWith('/inject')).map((c) => [c.method, c.headers['idempotency-key'], c.headers.authorization])).toEqual([
+      ['POST', 'req-key-1', `Bearer ${t.key}`],
+      ['POST', 'req-key-1', `Bearer ${t.key}`],
+    ])
+    // an empty answer is undefined; admin routes take the admin token
+    const tenant = await client.request<{ tenant: { id: string } }>('POST', '/v1/admin/tenants', { body: { name: 'by-request' }, auth: 'admin' })
+    const key = await client.request<{ keyId: string }>('POST', `/v1/admin/tenants/${tenant.tenant.id}/keys`, { body: {}, auth: 'admin' })
+    expect(await client.request('DELETE', `/v1/admin/keys/${key.keyId}`, { auth: 'admin' })).toBeUndefined()
+    await expectAgentdError(client.request('POST', '/v1/admin/tenants', { body: { name: 'x' } }), 401, 'unauthorized')
+    await expectAgentdError(client.request('GET', '/v1/sessions/no-such-session'), 404, 'session-not-found')
+    await expectAgentdError(client.request('GET', '/v1/no-such-route'), 404, 'not-found')
+    const bad = await expectAgentdError(client.request('POST', '/v1/sessions', { body: { bogus: 1 } }), 400, 'bad-request')
+    expect(bad.details.length).toBeGreaterThan(0)
+    expect(() => client.request('GET', 'v1/sessions')).toThrow(TypeError)
+  })
+
   it('errors carry the API code, status and details, and a refused call changes nothing', async () => {
     const e = await expectAgentdError(client.sessions.create({ bogus: 1 } as never), 400, 'bad-request')
     expect(e.details.length).toBeGreaterThan(0)

@@ -9,7 +9,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
 import { MIGRATIONS_DIR } from '../../src/store/migrate.js'
-import { WEB_DIR } from '../../src/http/ops.js'
+import { SDK_DIR, WEB_DIR } from '../../src/http/ops.js'
 import { section, tableRows } from '../helpers/markdown.js'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
@@ -171,14 +171,38 @@ describe('Dockerfile', () => {
     const needed = [
       path.relative(ROOT, MIGRATIONS_DIR), // migrations
       path.relative(ROOT, WEB_DIR), // web
+      path.relative(ROOT, SDK_DIR), // the SDK's build the console imports
       'openapi',
     ]
-    expect(needed.slice(0, 2)).toEqual(['migrations', 'web'])
+    expect(needed.slice(0, 3)).toEqual(['migrations', 'web', 'clients/typescript/dist'])
     const dests = copies(final).map((c) => c.dest)
     for (const n of needed) expect(dests, `the final stage copies ${n} into ${workdir(final)}`).toContain(path.posix.join(workdir(final), n))
     // package.json (module type; the version in /openapi.json) lands in the workdir, possibly as "./"
     const pkg = copies(final).find((c) => c.sources.includes('package.json'))
     expect(pkg && (pkg.dest === workdir(final) || pkg.dest === path.posix.join(workdir(final), 'package.json'))).toBe(true)
+  })
+
+  it("builds the SDK's library for the console from the sources in the image, without the terminal client, and ships it", () => {
+    // what the console imports (GET /console/sdk/:file) is the workspace's `build:lib`: its tsconfig
+    // compiles src/ but src/cli into SDK_DIR
+    const sdk = 'clients/typescript'
+    const scripts = (JSON.parse(read(`${sdk}/package.json`)) as { name: string; scripts: Record<string, string> }).scripts
+    expect(scripts['build:lib']).toBe('tsc -p .')
+    const tsc = JSON.parse(read(`${sdk}/tsconfig.json`)) as { compilerOptions: { outDir: string; rootDir: string }; include: string[]; exclude: string[] }
+    expect(path.resolve(ROOT, sdk, tsc.compilerOptions.outDir)).toBe(SDK_DIR)
+    expect(tsc.include).toEqual(['src'])
+    expect(tsc.exclude).toContain('src/cli')
+    const build = stages.find((s) => copies(final).some((c) => c.from === s.name && c.sources.includes(`${workdir(s)}/${sdk}/dist`)))
+    expect(build, `the final stage copies ${sdk}/dist from a build stage`).toBeDefined()
+    const body = build!.body
+    const sources = body.findIndex((i) => i.op === 'COPY' && !/--from=/.test(i.args) && i.args.split(/\s+/)[0] === '.')
+    const builds = body.findIndex((i) => i.op === 'RUN' && /\bnpm run build:lib (-w|--workspace)[ =]@agentd\/client\b/.test(i.args))
+    expect(sources, 'the build stage copies the sources').toBeGreaterThanOrEqual(0)
+    expect(builds, 'the build stage runs the SDK workspace\'s build:lib').toBeGreaterThan(sources)
+    // nothing builds the terminal client there, and a local build (cli/ included) is not in the context
+    expect(runs(build!).join('\n')).not.toMatch(/build:client|npm run build (-w|--workspace)|tsconfig\.cli/)
+    const ignored = read('.dockerignore').split('\n').map((l) => l.trim())
+    expect(ignored).toContain(`${sdk}/dist`)
   })
 
   it('listens on all interfaces on the exposed port, keeps its data in a volume and checks /healthz', () => {

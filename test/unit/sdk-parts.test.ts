@@ -164,3 +164,56 @@ describe('stream over a scripted fetch', () => {
     expect([e.status, e.code]).toEqual([404, 'session-not-found'])
   })
 })
+
+describe('request over a scripted fetch', () => {
+  /** answers each call with the next status (200 with `{n}` once they run out); records what was sent */
+  function scripted(statuses: number[]) {
+    const seen: Array<{ method: string; url: string; headers: Record<string, string>; body?: string }> = []
+    const f: typeof fetch = async (url, init) => {
+      seen.push({ method: init?.method ?? 'GET', url: String(url), headers: { ...((init?.headers ?? {}) as Record<string, string>) }, body: init?.body as string | undefined })
+      const status = statuses.shift() ?? 200
+      return new Response(status === 200 ? JSON.stringify({ n: seen.length }) : JSON.stringify({ error: { code: 'unavailable', message: 'down' } }), { status })
+    }
+    return { fetch: f, seen }
+  }
+  const make = async (s: ReturnType<typeof scripted>) => {
+    const { AgentdClient } = await import('../../clients/typescript/src/index.js')
+    return new AgentdClient({ baseUrl: 'http://agentd.invalid/', apiKey: 'k', adminToken: 'adm', fetch: s.fetch, retry: { initialDelayMs: 1, maxDelayMs: 2 } })
+  }
+
+  it('repeats GET and PUT through a 503, a keyed POST too with its key each time, and an unkeyed POST or a DELETE never', async () => {
+    for (const [method, o, attempts] of [
+      ['GET', {}, 2],
+      ['put', { body: { v: 1 } }, 2],
+      ['POST', { body: { v: 1 }, idempotencyKey: 'k1' }, 2],
+      ['POST', { body: { v: 1 } }, 1],
+      ['DELETE', {}, 1],
+      ['POST', { body: { v: 1 }, repeat: 'idempotent' }, 2],
+    ] as const) {
+      const s = scripted([503])
+      const c = await make(s)
+      const r = await c.request(method, '/v1/things/a%2Fb', { ...o, query: { limit: 5, cursor: undefined } }).then((v) => v, (e) => e)
+      expect(s.seen.length, `${method} ${JSON.stringify(o)}`).toBe(attempts)
+      if (attempts === 2) expect(r).toEqual({ n: 2 })
+      else expect([r.status, r.code]).toEqual([503, 'unavailable'])
+      for (const x of s.seen) {
+        expect(x.method).toBe(method.toUpperCase())
+        expect(x.url).toBe('http://agentd.invalid/v1/things/a%2Fb?limit=5')
+        expect(x.headers.authorization).toBe('Bearer k')
+        expect(x.headers['idempotency-key']).toBe('idempotencyKey' in o ? 'k1' : undefined)
+        expect(x.body).toBe('body' in o ? '{"v":1}' : undefined)
+        if (x.body) expect(x.headers['content-type']).toBe('application/json')
+      }
+    }
+  })
+
+  it('sends the admin token or no credential when asked, and refuses a path that is not absolute', async () => {
+    const s = scripted([])
+    const c = await make(s)
+    await c.request('GET', '/v1/admin/x', { auth: 'admin' })
+    await c.request('GET', '/healthz', { auth: 'none' })
+    expect(s.seen.map((x) => x.headers.authorization)).toEqual(['Bearer adm', undefined])
+    expect(() => c.request('GET', 'http://elsewhere.invalid/v1/x')).toThrow(/must start with "\/"/)
+    expect(s.seen).toHaveLength(2)
+  })
+})

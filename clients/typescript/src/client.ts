@@ -41,6 +41,25 @@ export interface SendOptions extends CallOpts {
 
 export type SendRoute = 'followup' | 'steer' | 'inject'
 
+export interface RequestOptions extends CallOpts {
+  /** sent as JSON */
+  body?: unknown
+  query?: Record<string, string | number | undefined>
+  headers?: Record<string, string>
+  /** an `Idempotency-Key` for a route that honours one; the call is then repeated like a send */
+  idempotencyKey?: string
+  /** how the call may be repeated; by default GET/HEAD are `safe`, PUT and keyed calls `idempotent`, others `once` */
+  repeat?: Repeatable
+  /** which credential goes with it (default the API key) */
+  auth?: 'key' | 'admin' | 'none'
+}
+
+/** What a repeat of a call without a method of its own may do, from HTTP's method semantics (RFC 9110 §9.2). */
+function defaultRepeat(method: string, keyed: boolean): Repeatable {
+  if (method === 'GET' || method === 'HEAD') return 'safe'
+  return keyed || method === 'PUT' ? 'idempotent' : 'once'
+}
+
 /** A fresh idempotency key: 128 random bits (getRandomValues works in insecure browser contexts too). */
 export function newIdempotencyKey(): string {
   const b = new Uint8Array(16)
@@ -64,6 +83,18 @@ export class AgentdClient {
 
   private call<T>(method: string, path: string, repeat: Repeatable, o: { body?: unknown; query?: Record<string, string | number | undefined>; headers?: Record<string, string>; signal?: AbortSignal } = {}): Promise<T> {
     return this.transport.call<T>({ method, path, repeat, ...o })
+  }
+
+  /**
+   * Any route, for those without a method here yet: the parsed JSON answer (undefined when empty) with
+   * the client's auth, errors and the retries `repeat` allows. `path` starts with `/`, e.g. `/v1/…`.
+   */
+  request<T = unknown>(method: string, path: string, o: RequestOptions = {}): Promise<T> {
+    if (!path.startsWith('/')) throw new TypeError(`AgentdClient.request: the path must start with "/", got ${JSON.stringify(path)}`)
+    const m = method.toUpperCase()
+    const headers = { ...(o.headers ?? {}) }
+    if (o.idempotencyKey !== undefined) headers['idempotency-key'] = o.idempotencyKey
+    return this.transport.call<T>({ method: m, path, query: o.query, body: o.body, headers, auth: o.auth, repeat: o.repeat ?? defaultRepeat(m, o.idempotencyKey !== undefined), signal: o.signal })
   }
 
   // ---- input (API.md §5) ----
