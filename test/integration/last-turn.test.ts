@@ -2,13 +2,12 @@
 // number, reason and time after a completed, a failed, a cancelled and a crash-repaired turn, the same
 // in the session object and in the list, and always what the log itself says.
 
-import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { d, types } from '../helpers/events.js'
-import { eventJson } from '../../src/store/index.js'
+import { leaveCrashedTurn } from '../helpers/crashed.js'
 import type { SessionEvent } from '../../src/session/index.js'
 
 describe.each(DB_KINDS)('lastTurn on %s', (kind) => {
@@ -71,27 +70,7 @@ describe.each(DB_KINDS)('lastTurn on %s', (kind) => {
 
   it('names the interrupted turn that crash repair closed (a log left inside an open turn, taken over)', async () => {
     const s = await t.createSession()
-    const key = (await t.app.db.query<{ key: string }>('SELECT key FROM sessions WHERE id = $1', [s.id])).rows[0].key
-    const T = Date.now() - 5000
-    const u1 = { id: `msg_${crypto.randomUUID().replace(/-/g, '')}`, role: 'user', content: [{ type: 'text', text: 'hi' }], source: { kind: 'user' } }
-    const drafts: Array<Omit<SessionEvent, 'seq' | 'time'>> = [
-      { type: 'agent/inbox/spliced', data: { target: 'next-turn', start: 0, inserted: [u1] } },
-      { type: 'turn/start', data: { turn: 1 } },
-      { type: 'agent/inbox/spliced', data: { target: 'next-turn', start: 0, removedCount: 1, inserted: [] } },
-      { type: 'step/start', data: { turn: 1, step: 1 } },
-    ]
-    const events = drafts.map((x, i) => ({ ...x, seq: i, time: T }) as SessionEvent)
-    // what a holder that died mid-turn leaves: an open turn, the driver's run state, no live lease; a
-    // cancel was asked for too, so the taken-over turn stays interrupted (nothing runs after repair)
-    await t.app.db.transaction(async (tx) => {
-      await tx.query('SELECT key FROM sessions WHERE key = $1 FOR UPDATE', [key])
-      for (const e of events) await tx.query('INSERT INTO session_events (session_key, seq, time, type, body) VALUES ($1, $2, $3, $4, $5)', [key, e.seq, e.time, e.type, eventJson(e)])
-      await tx.query(
-        `UPDATE sessions SET next_seq = $2, last_time = $3, updated_at = $3, open_turn = 1, run_state = 'running', cancel_pending = true,
-           inbox = '{"nextTurn":[],"nextStep":[]}', lease_owner = NULL, lease_expires_at = NULL WHERE key = $1`,
-        [key, events.length, T],
-      )
-    })
+    const { events, time: T } = await leaveCrashedTurn(t.app.db, s.id)
     expect((await get(s.id)).lastTurn).toBeNull()
     // no delivery: the worker's scan takes it over and writes the closers
     const evs = await t.waitFor(s.id, (e) => e.type === 'session/end-seed', 8000)

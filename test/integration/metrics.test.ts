@@ -4,7 +4,6 @@
 // compactions and a crash-repair takeover are counted; the gauges follow running sessions, held leases
 // and SSE and WebSocket subscribers; and no label ever carries a session id.
 
-import crypto from 'node:crypto'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -16,8 +15,7 @@ import { until } from '../helpers/wait.js'
 import { wsAttempt } from '../helpers/ws.js'
 import { histogramSeries, labelsMatch, parsePromText, type Family } from '../helpers/prom-text.js'
 import { SUMMARY_INSTRUCTION } from '../../src/plugins/compaction.js'
-import { eventJson } from '../../src/store/index.js'
-import type { SessionEvent } from '../../src/session/index.js'
+import { leaveCrashedTurn } from '../helpers/crashed.js'
 
 type Scrape = Map<string, Family>
 
@@ -250,22 +248,8 @@ describe.each(DB_KINDS)('GET /metrics on %s', (kind) => {
 
   it('a crash-repair takeover counts a claim, a takeover and an interrupted turn', async () => {
     const s = await create()
-    const key = (await t.app.db.query<{ key: string }>('SELECT key FROM sessions WHERE id = $1', [s.id])).rows[0].key
-    const T = Date.now() - 5000
-    const u1 = { id: `msg_${crypto.randomUUID().replace(/-/g, '')}`, role: 'user', content: [{ type: 'text', text: 'hi' }], source: { kind: 'user' } }
-    const drafts: Array<Omit<SessionEvent, 'seq' | 'time'>> = [
-      { type: 'agent/inbox/spliced', data: { target: 'next-turn', start: 0, inserted: [u1] } },
-      { type: 'turn/start', data: { turn: 1 } },
-      { type: 'agent/inbox/spliced', data: { target: 'next-turn', start: 0, removedCount: 1, inserted: [] } },
-    ]
-    const events = drafts.map((x, i) => ({ ...x, seq: i, time: T }) as SessionEvent)
     const before = await scrape()
-    await t.app.db.transaction(async (tx) => {
-      await tx.query('SELECT key FROM sessions WHERE key = $1 FOR UPDATE', [key])
-      for (const e of events) await tx.query('INSERT INTO session_events (session_key, seq, time, type, body) VALUES ($1, $2, $3, $4, $5)', [key, e.seq, e.time, e.type, eventJson(e)])
-      // a holder died inside turn 1 with a cancel asked for: repaired, and nothing runs after
-      await tx.query(`UPDATE sessions SET next_seq = $2, last_time = $3, updated_at = $3, open_turn = 1, run_state = 'running', cancel_pending = true, lease_owner = NULL, lease_expires_at = NULL WHERE key = $1`, [key, events.length, T])
-    })
+    await leaveCrashedTurn(t.app.db, s.id)
     await t.waitFor(s.id, (e) => e.type === 'session/end-seed', 8000)
     await t.waitIdle(s.id)
     const after = await scrape()
