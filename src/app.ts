@@ -109,7 +109,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     const host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
     // an api process drives nothing on its own; it only takes a session briefly for maintenance
     if (config.role !== 'api') host.start()
-    metrics.gauge('agentd_driven_sessions', 'Sessions whose driver runs in this process', () => host.size)
+    metrics.gauge('agentd_leases_held', 'Session leases this process holds: the sessions it drives', () => host.size)
+    metrics.gauge('agentd_sessions_running', 'Sessions this process drives whose driver is running', () => host.running)
     // notifications of deliveries carry the Agent handle when this process drives the session
     const intake = new Intake({ db, publisher, mutex, agents: host })
 

@@ -9,6 +9,8 @@ import client from 'prom-client'
 const FAST_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 /** Seconds buckets for model attempts and turns, which run much longer. */
 const SLOW_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900]
+/** Seconds buckets for tool calls: a builtin's millisecond to a person answering a client call. */
+const TOOL_BUCKETS = [0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900]
 
 export class Metrics {
   readonly registry = new client.Registry()
@@ -21,6 +23,13 @@ export class Metrics {
   readonly appends = this.counter('agentd_event_appends_total', 'Durable events appended by this process')
   readonly takeovers = this.counter('agentd_lease_takeovers_total', 'Expired leases taken over (crash repair)')
   readonly leaseClaims = this.counter('agentd_lease_claims_total', 'Session leases claimed')
+  readonly turnSeconds = this.histogram('agentd_turn_duration_seconds', 'Turns ended by this process, from turn/start to turn/end, by end reason', ['reason'])
+  // provider is bounded: a session's model must resolve against the models file or pi-ai's catalogue
+  readonly attemptSeconds = this.histogram('agentd_model_attempt_duration_seconds', 'Model attempts, from dispatch to settlement, by provider and outcome (ok, error, aborted)', ['provider', 'outcome'])
+  readonly firstTokenSeconds = this.histogram('agentd_model_time_to_first_token_seconds', 'Model attempts that streamed a token, from dispatch to the first delta, by provider and outcome', ['provider', 'outcome'])
+  readonly toolSeconds = this.histogram('agentd_tool_call_duration_seconds', 'Tool executions (tools/execute around the body), by the tool\'s kind', ['kind'], TOOL_BUCKETS)
+  readonly retries = this.counter('agentd_llm_retries_total', 'Model calls retried by llm-retry inside their step, by provider', ['provider'])
+  readonly compactions = this.counter('agentd_compactions_total', 'Summary compactions, by outcome (compacted, failed)', ['outcome'])
 
   constructor() {
     client.collectDefaultMetrics({ register: this.registry })
@@ -59,6 +68,23 @@ export class Metrics {
     this.httpSeconds.observe({ method, route, status: String(status) }, seconds)
   }
 
+  /** A turn/end this process wrote after running the turn since `started` (hrtime). */
+  turnEnded(reason: string, started: bigint): void {
+    this.turns.inc({ reason })
+    this.turnSeconds.observe({ reason }, secondsSince(started))
+  }
+
+  /** A settled model attempt dispatched at `started`, whose first delta came at `firstToken`. */
+  attemptSettled(labels: { provider: string; outcome: 'ok' | 'error' | 'aborted' }, started: bigint, firstToken: bigint | undefined): void {
+    this.attemptSeconds.observe(labels, secondsSince(started))
+    if (firstToken !== undefined) this.firstTokenSeconds.observe(labels, Number(firstToken - started) / 1e9)
+  }
+
+  /** A tool execution that began at `started`. */
+  toolExecuted(kind: string, started: bigint): void {
+    this.toolSeconds.observe({ kind }, secondsSince(started))
+  }
+
   get contentType(): string {
     return this.registry.contentType
   }
@@ -71,4 +97,4 @@ export class Metrics {
 /** Seconds since a process.hrtime.bigint() reading. */
 export const secondsSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e9
 
-export { FAST_BUCKETS, SLOW_BUCKETS }
+export { FAST_BUCKETS, SLOW_BUCKETS, TOOL_BUCKETS }

@@ -4,6 +4,7 @@
 import { act, read, state } from './app.js'
 import { $, h, showError } from './dom.js'
 import { relTime } from './format.js'
+import { lastTurnBadge } from './last-turn.js'
 
 const PAGE_SIZE = 30
 
@@ -29,8 +30,15 @@ function sessionItem(s) {
       h('span', { class: 'session-line' }, h('span', { class: `session-name${s.title ? '' : ' untitled'}`, text: s.title ?? '(untitled)' }), h('span', { class: 'badge small', dataset: { status: s.status }, text: s.status })),
       h('span', { class: 'session-line muted small' }, h('span', { class: 'mono', text: s.id }), h('span', { title: s.updatedAt, text: relTime(s.updatedAt) })),
       h('span', { class: 'session-line muted small' }, h('span', { class: 'mono', text: s.model }), h('span', { class: 'mono', title: 'headSeq: seq of the last durable event', text: s.headSeq < 0 ? 'empty' : `#${s.headSeq}` })),
+      lastTurnLine(s),
     ),
   )
+}
+
+/** A line of its own when the last turn failed, was cancelled or cut short: it must catch the eye. */
+function lastTurnLine(s) {
+  const b = lastTurnBadge(s.lastTurn)
+  return b && h('span', { class: 'session-line' }, b)
 }
 
 export function renderSessions() {

@@ -1,9 +1,10 @@
 // The open session: opening and closing it, and its header — title (edited in place, `PATCH`),
-// status, model, head seq, usage (API.md §4).
+// status, how the last turn ended, model, head seq, usage (API.md §4).
 
 import { act, latest, state } from './app.js'
 import { $, h } from './dom.js'
 import { fmtUsage } from './format.js'
+import { lastTurnBadge } from './last-turn.js'
 import { refreshInbox } from './inbox.js'
 import { refreshPending } from './pending.js'
 import { listedStatus, renderSessions, upsertListed } from './sessions.js'
@@ -39,6 +40,7 @@ export function openView(id) {
   $('session-title').value = ''
   $('session-head').textContent = '-1'
   $('session-usage').textContent = ''
+  $('last-turn').replaceChildren()
   $('pending').replaceChildren(h('p', { class: 'muted small', text: 'none' }))
   $('inbox').replaceChildren(h('p', { class: 'muted small', text: 'empty' }))
   $('pending-panel').toggleAttribute('data-empty', true)
@@ -76,6 +78,7 @@ export async function loadSession(v, { first = false } = {}) {
   $('session-model').textContent = s.model
   if (document.activeElement !== $('session-title')) $('session-title').value = s.title ?? ''
   $('session-usage').textContent = fmtUsage(s.usage)
+  $('last-turn').replaceChildren(...[lastTurnBadge(s.lastTurn)].filter(Boolean))
   if (s.headSeq > v.lastSeq) $('session-head').textContent = String(s.headSeq)
   upsertListed(s)
 }

@@ -7,7 +7,7 @@ import { toolResultDraft } from '../tools/index.js'
 import { readEvents, stamp, writeEvents, type Db, type Queryable, type SessionRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
-import type { Lease } from './log.js'
+import { mirror, type Lease } from './log.js'
 
 export const OUTCOME_UNKNOWN_TEXT =
   'Error: the server restarted while this tool call was running, so it may or may not have taken effect; verify its effect before repeating it, especially if it changes anything.'
@@ -67,8 +67,9 @@ export async function attach(
         added.push(e)
       }
       const pos = { key, nextSeq: c.row.nextSeq, lastTime: c.row.lastTime }
-      // SPEC §18.10: crash repair deletes the pending calls with the closers
-      const events = await writeEvents(tx, pos, added, closers.length ? { openTurn: null } : {}, closers.length ? [{ kind: 'pending-delete' }] : [])
+      // SPEC §18.10: crash repair deletes the pending calls with the closers; the row mirrors them as it
+      // mirrors any unit (the open turn closed, lastTurn interrupted)
+      const events = await writeEvents(tx, pos, added, mirror(state, added, {}), closers.length ? [{ kind: 'pending-delete' }] : [])
       c.row.nextSeq = state.nextSeq
       c.row.lastTime = state.lastTime
       c.row.openTurn = state.openTurn

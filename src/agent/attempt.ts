@@ -67,6 +67,9 @@ async function* adapterStream(prepared: PreparedCall | undefined, request: LlmRe
 /** A started attempt's live side: its stream in the process's tracker, and its frames (SPEC §9.1–§9.2). */
 class LiveAttempt {
   readonly chunks: StreamChunk[] = []
+  /** hrtime of the dispatch and of the first delta (metrics) */
+  readonly started = process.hrtime.bigint()
+  firstToken: bigint | undefined
   private readonly tracked: TrackedAttempt
   private index = 0
 
@@ -89,6 +92,7 @@ class LiveAttempt {
     const time = Date.now()
     const revision = this.tc.loop.nextRevision()
     this.tracked.push(time, chunk, revision)
+    if (this.firstToken === undefined && chunk.type.endsWith('-delta')) this.firstToken = process.hrtime.bigint()
     this.chunks.push(chunk)
     this.frame({ kind: 'chunk', attemptId: this.attemptId, revision, index: this.index++, time, chunk })
   }
@@ -146,6 +150,7 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
       const draft: Draft = type === 'assistant/message' ? { type, data: data as Json, surfaceOp: 'append' } : { type, data: data as Json }
       const r = await tc.log.commit<number>((u) => ({ value: u.add(draft).seq }))
       tc.loop.services.metrics?.attempts.inc({ outcome: type === 'assistant/message' ? 'message' : 'attempt' })
+      tc.loop.services.metrics?.attemptSettled({ provider, outcome: success ? 'ok' : signal.aborted ? 'aborted' : 'error' }, live.started, live.firstToken)
       live.end({ kind: 'committed', eventType: type, seq: r.value })
     } catch (e) {
       live.end({ kind: 'abandoned' })

@@ -3,7 +3,7 @@
 // transaction, and published after commit (DESIGN.md §3, SPEC §2.4, §3.1.4).
 
 import type { Logger } from 'pino'
-import { deepFreeze, LogError, sumUsage, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
+import { deepFreeze, lastTurnOf, LogError, sumUsage, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
 import { appendConditional, lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SideRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
@@ -55,6 +55,25 @@ export interface SessionLogDeps {
   mutex: KeyedMutex
   log: Logger
   onAppend?: (n: number) => void
+}
+
+/**
+ * What the row must mirror of a unit's added events (folded into `state` already): open turn, inbox
+ * projection, usage ledger, last turn. Every writer of driver events uses it — SessionLog's units and
+ * crash repair's closers (attach.ts) — so the row follows the log whichever path wrote it.
+ */
+export function mirror(state: SessionState, added: readonly SessionEvent[], patch: RowPatch): RowPatch {
+  const p: RowPatch = { ...patch }
+  for (const e of added) {
+    if (e.type === 'turn/start') p.openTurn = (e.data as { turn: number }).turn
+    else if (e.type === 'turn/end') p.openTurn = null
+    else if (e.type === 'agent/inbox/spliced') p.inbox = state.inbox
+  }
+  const usage = sumUsage(added)
+  if (usage) p.usage = usage
+  const lastTurn = lastTurnOf(added)
+  if (lastTurn) p.lastTurn = lastTurn
+  return p
 }
 
 export class SessionLog {
@@ -138,19 +157,6 @@ export class SessionLog {
     }
   }
 
-  /** What the row must mirror of the added events: open turn, inbox projection, usage ledger. */
-  private mirror(added: SessionEvent[], patch: RowPatch): RowPatch {
-    const p: RowPatch = { ...patch }
-    for (const e of added) {
-      if (e.type === 'turn/start') p.openTurn = (e.data as { turn: number }).turn
-      else if (e.type === 'turn/end') p.openTurn = null
-      else if (e.type === 'agent/inbox/spliced') p.inbox = this.state.inbox
-    }
-    const usage = sumUsage(added)
-    if (usage) p.usage = usage
-    return p
-  }
-
   private async commitFast<T>(build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void): Promise<CommitResult<T> | null> {
     const undos: Undo[] = []
     const added: SessionEvent[] = []
@@ -179,7 +185,7 @@ export class SessionLog {
     let r
     try {
       const flags = read.size && known ? Object.fromEntries([...read].map((f) => [f, known[f]])) : undefined
-      r = await appendConditional(this.d.db, this.key, { nextSeq: added[0].seq, lease: this.lease, flags }, added, this.mirror(added, out.patch ?? {}), side)
+      r = await appendConditional(this.d.db, this.key, { nextSeq: added[0].seq, lease: this.lease, flags }, added, mirror(this.state, added, out.patch ?? {}), side)
     } catch (e) {
       undo()
       throw e
@@ -212,7 +218,7 @@ export class SessionLog {
         const added: SessionEvent[] = []
         const side: SideRow[] = []
         const out = build(this.builder(undos, added, side, row)) ?? {}
-        const patch = this.mirror(added, out.patch ?? {})
+        const patch = mirror(this.state, added, out.patch ?? {})
         const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch, side)
         const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }
         if (patch.runState !== undefined) next.runState = patch.runState

@@ -3,7 +3,7 @@
 
 import crypto from 'node:crypto'
 import { ApiError, badRequest, type ErrorDetail } from '../errors.js'
-import { assertLosslessJson, canonicalJson, emptyInbox, foldInbox, planClear, publicStatus, sumUsage, type Draft, type JsonObject, type SessionEvent, type SplicedData, type UsageTotals } from '../session/index.js'
+import { assertLosslessJson, canonicalJson, emptyInbox, foldInbox, lastTurnOf, planClear, publicStatus, sumUsage, type Draft, type JsonObject, type SessionEvent, type SplicedData, type TurnEndReason, type UsageTotals } from '../session/index.js'
 import { copyLogPrefix, getSession, insertSession, lockSession, readEvents, stamp, writeEvents, type Db, type SessionRow, type SessionSpec } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
@@ -30,6 +30,8 @@ export interface SessionObject {
   updatedAt: string
   metadata: JsonObject
   usage: UsageTotals
+  /** API.md §4: the latest turn/end, null before the first turn ends */
+  lastTurn: { turn: number; reason: TurnEndReason; endedAt: string } | null
 }
 
 export function sessionObject(r: SessionRow): SessionObject {
@@ -43,6 +45,7 @@ export function sessionObject(r: SessionRow): SessionObject {
     updatedAt: new Date(r.updatedAt).toISOString(),
     metadata: r.metadata,
     usage: { ...r.usage, costUsd: Math.round(r.usage.costUsd * 1e9) / 1e9 },
+    lastTurn: r.lastTurn ? { turn: r.lastTurn.turn, reason: r.lastTurn.reason, endedAt: new Date(r.lastTurn.time).toISOString() } : null,
   }
 }
 
@@ -151,6 +154,7 @@ export class Sessions {
     const prefix = events.filter((e) => e.seq <= boundary)
     const inbox = foldInbox(prefix.filter((e) => e.type === 'agent/inbox/spliced').map((e) => e.data as unknown as SplicedData))
     const usage = sumUsage(prefix)
+    const lastTurn = lastTurnOf(prefix)
     const now = Date.now()
     const child = await this.d.db.transaction(async (tx) => {
       const spec: SessionSpec = { model: source.model, system: source.system, tools: source.tools, metadata: source.metadata }
@@ -159,7 +163,7 @@ export class Sessions {
       const id = newSessionId()
       const row = await insertSession(tx, { ...spec, key: crypto.randomUUID(), tenantId: source.tenantId, id, createHash: crypto.createHash('sha256').update(`fork:${id}`).digest('hex'), createdAt: now })
       if (!row) throw new Error('fork: fresh session id collided')
-      if (prefix.length) await copyLogPrefix(tx, source.key, row.key, prefix[prefix.length - 1], { inbox, usage })
+      if (prefix.length) await copyLogPrefix(tx, source.key, row.key, prefix[prefix.length - 1], { inbox, usage, lastTurn })
       const locked = (await lockSession(tx, row.key))!
       const drafts: Draft[] = planClear(inbox).map((d) => ({ type: 'agent/inbox/spliced', data: d as unknown as Draft['data'] }))
       drafts.push({ type: 'session/end-seed', data: {} })

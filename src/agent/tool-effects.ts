@@ -26,6 +26,7 @@ function toolEnv(tc: TurnContext): ToolEnv {
     maxParallel: () => loop.services.maxParallelToolCalls(),
     notify: (name, payload) => tc.notify(name, payload),
     log: loop.logger.child({ turn: tc.turn, step: tc.step }),
+    executed: (kind, started) => loop.services.metrics?.toolExecuted(kind, started),
   }
 }
 

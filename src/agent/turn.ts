@@ -113,6 +113,7 @@ export async function drive(ctl: DriverControl, first: OpenedTurn): Promise<void
 export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promise<AfterTurn> {
   const { loop, turn } = tc
   const metrics = loop.services.metrics
+  const started = process.hrtime.bigint()
   let reason: TurnEndReason | null = null
   let sawMaxTokens = false
   let stopped = false
@@ -175,7 +176,7 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
       return endOfTurn(tc, u, exception || park)
     }),
   )
-  metrics?.turns.inc({ reason: reason!.kind })
+  metrics?.turnEnded(reason!.kind, started)
   return r.value
 }
 

@@ -57,6 +57,31 @@ export const PatchSessionBody = Type.Object(
 
 export const Usage = Type.Object({ inputTokens: Type.Number(), outputTokens: Type.Number(), cacheReadTokens: Type.Number(), cacheWriteTokens: Type.Number(), costUsd: Type.Number() })
 
+const literals = (xs: string[]) => Type.Union(xs.map((x) => Type.Literal(x)))
+export const LlmFailure = Type.Object(
+  {
+    message: Type.String(),
+    code: Type.String({ description: 'a model error code: CONTEXT_WINDOW_EXCEEDED, RATE_LIMIT, AUTH, SERVER, TIMEOUT, TRANSPORT, EMPTY_RESPONSE, QUOTA, ABORTED, INVALID_REQUEST, NO_ADAPTER, UNKNOWN, or an adapter\'s own' }),
+    status: Type.Optional(Type.Integer()),
+    providerRetryAfterMs: Type.Optional(Type.Number()),
+    requestId: Type.Optional(Type.String()),
+  },
+  { description: 'why a model call failed' },
+)
+export const AgentCancelCause = Type.Union([Type.Object({ kind: literals(['user', 'parent', 'disposed', 'legacy']) }), Type.Object({ kind: Type.Literal('hook'), reason: Type.String() })], { description: 'who cancelled a turn' })
+export const TurnEndReason = Type.Union(
+  [
+    Type.Object({ kind: literals(['completed', 'blocked', 'max-tokens', 'interrupted']) }),
+    Type.Object({ kind: Type.Literal('aborted'), reason: AgentCancelCause }),
+    Type.Object({ kind: Type.Literal('error'), error: LlmFailure }),
+  ],
+  { description: 'how a turn ended (the reason of its turn/end event)' },
+)
+export const LastTurn = Type.Object(
+  { turn: Type.Integer({ minimum: 1 }), reason: TurnEndReason, endedAt: Type.String({ format: 'date-time' }) },
+  { description: 'the latest turn/end of the session: its turn number, reason and time' },
+)
+
 export const SessionObject = Type.Object({
   id: Type.String(),
   title: Type.Union([Type.String(), Type.Null()]),
@@ -67,6 +92,7 @@ export const SessionObject = Type.Object({
   updatedAt: Type.String({ format: 'date-time' }),
   metadata: Metadata,
   usage: Usage,
+  lastTurn: Type.Union([LastTurn, Type.Null()], { description: 'null before the first turn ends' }),
 })
 
 export const SessionList = Type.Object({ sessions: Type.Array(SessionObject), nextCursor: Type.Union([Type.String(), Type.Null()]) })
@@ -130,6 +156,10 @@ export const COMPONENTS: Record<string, TSchema> = {
   SessionObject,
   SessionList,
   Usage,
+  LastTurn,
+  TurnEndReason,
+  AgentCancelCause,
+  LlmFailure,
   Metadata,
   ToolSpec,
   ReasoningEffort,

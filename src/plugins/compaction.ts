@@ -203,9 +203,11 @@ export async function summarize(agent: Agent, d: SummaryDeps, turn: number | nul
       })
       u.add({ type: 'compaction/end', data: { compactionId, turn } })
     })
+    agent.services.metrics?.compactions.inc({ outcome: 'compacted' })
     return true
   } catch (e) {
     d.log.warn({ err: errorChain(e), sessionId: agent.id }, 'compaction failed; the surface stays as it was')
+    agent.services.metrics?.compactions.inc({ outcome: 'failed' })
     try {
       await agent.appendOwned((u) => u.add({ type: 'compaction/end', data: { compactionId, turn, error: errorChain(e).slice(0, 2000) } }))
     } catch (e2) {

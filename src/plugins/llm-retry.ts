@@ -78,6 +78,7 @@ export default {
       await agent.appendOwned((u) => {
         u.add({ type: 'llm/retry-started', data: { retryId, turn, step, retry } })
       })
+      agent.services.metrics?.retries.inc({ provider })
       return { kind: 'retry' }
     })
   },

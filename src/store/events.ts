@@ -148,9 +148,9 @@ export async function readSurfaceEvents(db: Queryable, key: string): Promise<Ses
 
 /**
  * Fork (API.md §9): copies the source's events up to `through` verbatim into the child's log, in the
- * caller's transaction, and moves the child row to the copy's end with the given inbox and usage.
+ * caller's transaction, and moves the child row to the copy's end with the given inbox, usage and last turn.
  */
-export async function copyLogPrefix(tx: Queryable, from: string, to: string, through: { seq: number; time: number }, patch: Pick<RowPatch, 'inbox' | 'usage'>): Promise<void> {
+export async function copyLogPrefix(tx: Queryable, from: string, to: string, through: { seq: number; time: number }, patch: Pick<RowPatch, 'inbox' | 'usage' | 'lastTurn'>): Promise<void> {
   await tx.query('INSERT INTO session_events (session_key, seq, time, type, body) SELECT $1, seq, time, type, body FROM session_events WHERE session_key = $2 AND seq <= $3', [to, from, through.seq])
   // a fresh child's usage is 0, so the ledger's addition sets it
   await updateRow(tx, to, { nextSeq: through.seq + 1, lastTime: through.time }, patch)

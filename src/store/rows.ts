@@ -1,7 +1,7 @@
 // The session row as SQL selects it and as the store returns it. The door exports the types only
 // (through sessions.ts); the columns and the mapping stay inside store/.
 
-import type { JsonObject, RunState, UsageTotals } from '../session/index.js'
+import type { JsonObject, LastTurn, RunState, UsageTotals } from '../session/index.js'
 
 export interface SessionSpec {
   model: string
@@ -30,11 +30,13 @@ export interface SessionRow extends SessionSpec {
   leaseToken: number
   leaseExpiresAt: number | null
   usage: UsageTotals
+  /** the latest turn/end (API.md §4 lastTurn), null before the first turn ends */
+  lastTurn: LastTurn | null
 }
 
 export const COLUMNS = `key, tenant_id, id, title, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at,
   next_seq, last_time, updated_at, open_turn, run_state, cancel_pending, wake_latched, lease_owner, lease_token, lease_expires_at,
-  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd`
+  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, last_turn`
 
 export type Raw = Record<string, unknown>
 
@@ -67,6 +69,7 @@ export function toRow(r: Raw): SessionRow {
       cacheWriteTokens: Number(r.cache_write_tokens),
       costUsd: Number(r.cost_usd),
     },
+    lastTurn: r.last_turn ? (JSON.parse(r.last_turn as string) as LastTurn) : null,
   }
   if (r.max_tokens !== null && r.max_tokens !== undefined) row.maxTokens = r.max_tokens as number
   if (r.reasoning_effort !== null && r.reasoning_effort !== undefined) row.reasoningEffort = r.reasoning_effort as string

@@ -1,7 +1,7 @@
 // Session rows: what a session is (model, prompt, tools), where its log stands (next_seq, last_time,
 // the inbox projection), its run state and its usage ledger. Leases are in leases.ts.
 
-import type { Inbox, Json, RunState, UsageTotals } from '../session/index.js'
+import type { Inbox, Json, LastTurn, RunState, UsageTotals } from '../session/index.js'
 import type { Queryable } from './db.js'
 import { COLUMNS, toRow, type Raw, type SessionRow, type SessionSpec } from './rows.js'
 
@@ -154,9 +154,10 @@ export interface RowPatch {
   cancelPending?: boolean
   wakeLatched?: boolean
   usage?: UsageTotals
+  /** the unit's latest turn/end (API.md §4 lastTurn) */
+  lastTurn?: LastTurn
 }
 
-/** Moves the row after an append (or alone, with no events). */
 /** The SET list of a row move: next_seq, last_time and the patch; params start after `offset`. */
 export function rowSets(log: { nextSeq: number; lastTime: number } | null, p: RowPatch, params: unknown[]): string[] {
   const sets: string[] = []
@@ -174,6 +175,7 @@ export function rowSets(log: { nextSeq: number; lastTime: number } | null, p: Ro
   if (p.runState !== undefined) add('run_state = ?', p.runState)
   if (p.cancelPending !== undefined) add('cancel_pending = ?', p.cancelPending)
   if (p.wakeLatched !== undefined) add('wake_latched = ?', p.wakeLatched)
+  if (p.lastTurn) add('last_turn = ?', JSON.stringify(p.lastTurn))
   if (p.usage) {
     add('input_tokens = input_tokens + ?', p.usage.inputTokens)
     add('output_tokens = output_tokens + ?', p.usage.outputTokens)

@@ -51,6 +51,8 @@ export interface ToolEnv {
   /** a live notification (tools/result) */
   notify(name: string, payload: Record<string, unknown>): void
   readonly log: { warn(o: object, msg: string): void }
+  /** a call's execution that began at `started` (hrtime) ended; `kind` is toolKind's (metrics) */
+  executed?(kind: string, started: bigint): void
 }
 
 /** A call's post-processed outcome and its additional contexts as messages, ready to commit. */
@@ -93,7 +95,7 @@ export async function runToolCalls(calls: readonly ToolCallBlock[], env: ToolEnv
     isParallel: (p) => isParallel(env, p),
     appendCall: (p) => fx.appendCall(p, { client: specOf(env, p.name)?.execution.type === 'client' }),
     prepare: (p) => prepareCall(env, fx, p),
-    execute: (p) => executeCall(env, fx, p),
+    execute: (p) => timed(env, p, () => executeCall(env, fx, p)),
     notRun: (_p, decision) => notRun(decision),
     commit: async (p, callSeq, outcome) => {
       const finished = await finishCall(env, p, outcome)
@@ -105,6 +107,18 @@ export async function runToolCalls(calls: readonly ToolCallBlock[], env: ToolEnv
 }
 
 const specOf = (env: { specs: readonly ToolSpec[] }, name: string) => env.specs.find((t) => t.name === name)
+
+/** What kind of tool a call runs, for metrics: its execution type, `unknown` for a name no spec has. */
+export const toolKind = (env: Pick<ToolEnv, 'specs'>, name: string): string => specOf(env, name)?.execution.type ?? 'unknown'
+
+async function timed<T>(env: ToolEnv, p: ToolCallPlan, run: () => Promise<T>): Promise<T> {
+  const started = process.hrtime.bigint()
+  try {
+    return await run()
+  } finally {
+    env.executed?.(toolKind(env, p.name), started)
+  }
+}
 const callView = (p: ToolCallPlan) => ({ callId: p.callId, name: p.name, arguments: p.arguments })
 
 /** SPEC §11.3: parallel only for a parallel ToolSpec or an isConcurrencySafe that answers exactly true. */

@@ -59,6 +59,13 @@ export class WorkerHost {
     return this.held.size
   }
 
+  /** Held sessions whose Agent is in the running phase (a turn or its wake prefix). */
+  get running(): number {
+    let n = 0
+    for (const h of this.held.values()) if (h.agent.phase === 'running') n++
+    return n
+  }
+
   agent(key: string): Agent | undefined {
     return this.held.get(key)?.agent
   }
@@ -117,6 +124,8 @@ export class WorkerHost {
     }
     this.o.metrics?.leaseClaims.inc()
     if (takeover || attached.repaired) this.o.metrics?.takeovers.inc()
+    // crash repair closed a turn the previous holder left open (SPEC §13.1)
+    if (attached.repaired) this.o.metrics?.turns.inc({ reason: 'interrupted' })
     const r = attached.row
     const spec: AgentSpec = { model: r.model, system: r.system, tools: r.tools as unknown as ToolSpec[], ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}), ...(r.reasoningEffort !== undefined ? { reasoningEffort: r.reasoningEffort } : {}) }
     const agent = new Agent(this.o.agentDeps, attached, spec, this.agentHost)

@@ -460,6 +460,60 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
     await page.context().close()
   }, 60000)
 
+  it('a failed turn shows in the header and the list with its error code, a cancelled one as aborted; a completed turn clears it', async () => {
+    const tenant = await newTenant('failing')
+    const id = await tenant.createSession('Failing')
+    // a rate limit asking for longer than the retry policy waits: not retried, the turn fails
+    t.models.script(id, { error: '429 Rate limit reached for requests. Please try again in 60s.' })
+    const page = await newPage()
+    explainOnFailure(page, () => id)
+    await openConsole(page, t.url, tenant.key)
+    await pickSession(page, `.session-item[data-id="${id}"]`)
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    expect(await page.$$eval('#last-turn .last-turn', (els) => els.length)).toBe(0)
+    const input = page.locator('#composer-input')
+    await input.fill('hello?')
+    await input.press('Enter')
+    const header = () => page.$$eval('#last-turn .last-turn', (els) => els.map((e) => `${(e as any).dataset.reason} ${e.textContent}`))
+    const listed = () => page.$$eval(`#session-list .session-item[data-id="${id}"] .last-turn`, (els) => els.map((e) => `${(e as any).dataset.reason} ${e.textContent}`))
+    await expect.poll(header, WAIT).toEqual(['error failed: RATE_LIMIT'])
+    expect(await badge(page)).toBe('idle')
+    const api = (await t.api('GET', `/v1/sessions/${encodeURIComponent(id)}`, undefined, { key: tenant.key })).body
+    expect(api.lastTurn).toMatchObject({ turn: 1, reason: { kind: 'error', error: { code: 'RATE_LIMIT' } } })
+    expect(await page.getAttribute('#last-turn .last-turn', 'title')).toContain('turn 1 error: RATE_LIMIT')
+    await looksRight(page, 'failed-turn')
+    await showSessions(page)
+    await expect.poll(listed, WAIT).toEqual(['error failed: RATE_LIMIT'])
+    await looksRight(page, 'failed-turn-list')
+    if (isPhone) await hideSessions(page)
+
+    // cancelled with the button: aborted
+    t.models.script(id, { text: ['Let me'], hang: true })
+    await input.fill('take your time')
+    await input.press('Enter')
+    await expect.poll(() => badge(page), WAIT).toBe('running')
+    await expect.poll(() => texts(page, '#transient-slot .transient .bubble'), WAIT).toEqual(['Let me'])
+    await page.click('#btn-cancel')
+    await expect.poll(header, WAIT).toEqual(['aborted aborted'])
+    await showSessions(page)
+    await expect.poll(listed, WAIT).toEqual(['aborted aborted'])
+    if (isPhone) await hideSessions(page)
+
+    // a completed turn: nothing to point out any more
+    t.models.script(id, { text: ['All good now.'] })
+    await input.fill('and now?')
+    await input.press('Enter')
+    await expect.poll(() => assistantTexts(page), WAIT).toContain('All good now.')
+    await expect.poll(header, WAIT).toEqual([])
+    await showSessions(page)
+    await expect.poll(listed, WAIT).toEqual([])
+    const log = (await t.api('GET', `/v1/sessions/${encodeURIComponent(id)}/events?limit=5000`, undefined, { key: tenant.key })).body.events
+    expectValidLog(log)
+    expect(log.filter((e: any) => e.type === 'turn/end').map((e: any) => e.data.reason.kind)).toEqual(['error', 'aborted', 'completed'])
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
+
   it('pending tool calls: Allow an approval and send a client tool result from the side panel', async () => {
     const s = await t.createSession({
       system: 'tools',

@@ -67,7 +67,7 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
     const r = await t.api('POST', '/v1/sessions', { model: t.models.ref() })
     expect(r.status).toBe(201)
     const s = r.body
-    expect(Object.keys(s).sort()).toEqual(['createdAt', 'headSeq', 'id', 'metadata', 'model', 'status', 'title', 'updatedAt', 'usage'])
+    expect(Object.keys(s).sort()).toEqual(['createdAt', 'headSeq', 'id', 'lastTurn', 'metadata', 'model', 'status', 'title', 'updatedAt', 'usage'])
     expect(typeof s.id).toBe('string')
     expect(s.id.length).toBeGreaterThan(0)
     expect(s.title).toBeNull()
@@ -76,6 +76,7 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
     expect(s.headSeq).toBe(-1)
     expect(s.metadata).toEqual({})
     expect(s.usage).toEqual(zeroUsage)
+    expect(s.lastTurn).toBeNull()
     expect(s.createdAt).toMatch(ISO)
     expect(s.updatedAt).toBe(s.createdAt)
     expect((await t.api('GET', `/v1/sessions/${s.id}`)).body).toEqual(s)
@@ -322,6 +323,10 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
       // usage: the fold of the copied attempts, here all of them
       expect(child.usage).toEqual({ inputTokens: 18, outputTokens: 8, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0 })
       expect(before.usage).toEqual(child.usage)
+      // lastTurn: the copied log's latest turn/end, turn 2
+      const end2 = log.filter((e) => e.type === 'turn/end').at(-1)!
+      expect(child.lastTurn).toEqual({ turn: 2, reason: { kind: 'completed' }, endedAt: new Date(end2.time).toISOString() })
+      expect(before.lastTurn).toEqual(child.lastTurn)
       // the same derived history
       expect((await t.api('GET', `/v1/sessions/${child.id}/messages`)).body).toEqual((await t.api('GET', `/v1/sessions/${src.id}/messages`)).body)
       expect((await t.api('GET', `/v1/sessions/${child.id}/inbox`)).body).toEqual({ nextTurn: [], nextStep: [] })
@@ -344,10 +349,15 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
         expect(evs.at(-1)).toMatchObject({ seq: turn1End.seq + 1, type: 'session/end-seed', data: {} })
         expect(r.body.usage).toEqual({ inputTokens: 7, outputTokens: 3, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0 })
         expect(r.body.headSeq).toBe(turn1End.seq + 1)
+        expect(r.body.lastTurn).toEqual({ turn: 1, reason: { kind: 'completed' }, endedAt: new Date(turn1End.time).toISOString() })
       }
       // atSeq on the turn/end itself is between turns: the same copy
       const r = await t.api('POST', `/v1/sessions/${src.id}/fork`, { atSeq: turn1End.seq })
       expect((await t.events(r.body.id)).slice(0, -1)).toEqual(log.filter((e) => e.seq <= turn1End.seq))
+      // before any turn ended, the copy has no last turn
+      const early = await t.api('POST', `/v1/sessions/${src.id}/fork`, { atSeq: 0 })
+      expect(early.status).toBe(201)
+      expect(early.body.lastTurn).toBeNull()
     })
 
     it('atSeq between turns copies up to atSeq; pending input in the prefix gets cancelling splices in the child', async () => {

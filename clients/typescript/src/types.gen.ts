@@ -473,6 +473,14 @@ export interface components {
             messageId: string;
             seq: number;
         };
+        /** @description who cancelled a turn */
+        AgentCancelCause: {
+            kind: "user" | "parent" | "disposed" | "legacy";
+        } | {
+            /** @constant */
+            kind: "hook";
+            reason: string;
+        };
         ApprovalBody: {
             decision: "allow" | "deny";
             reason?: string;
@@ -547,6 +555,22 @@ export interface components {
             apiKey: string;
             keyId: string;
         };
+        /** @description the latest turn/end of the session: its turn number, reason and time */
+        LastTurn: {
+            /** Format: date-time */
+            endedAt: string;
+            reason: components["schemas"]["TurnEndReason"];
+            turn: number;
+        };
+        /** @description why a model call failed */
+        LlmFailure: {
+            /** @description a model error code: CONTEXT_WINDOW_EXCEEDED, RATE_LIMIT, AUTH, SERVER, TIMEOUT, TRANSPORT, EMPTY_RESPONSE, QUOTA, ABORTED, INVALID_REQUEST, NO_ADAPTER, UNKNOWN, or an adapter's own */
+            code: string;
+            message: string;
+            providerRetryAfterMs?: number;
+            requestId?: string;
+            status?: number;
+        };
         MessagesAnswer: {
             messages: {
                 [key: string]: unknown;
@@ -592,6 +616,8 @@ export interface components {
             createdAt: string;
             headSeq: number;
             id: string;
+            /** @description null before the first turn ends */
+            lastTurn: components["schemas"]["LastTurn"] | null;
             metadata: components["schemas"]["Metadata"];
             model: string;
             status: "idle" | "running";
@@ -635,6 +661,18 @@ export interface components {
             parameters?: {
                 [key: string]: unknown;
             };
+        };
+        /** @description how a turn ended (the reason of its turn/end event) */
+        TurnEndReason: {
+            kind: "completed" | "blocked" | "max-tokens" | "interrupted";
+        } | {
+            /** @constant */
+            kind: "aborted";
+            reason: components["schemas"]["AgentCancelCause"];
+        } | {
+            error: components["schemas"]["LlmFailure"];
+            /** @constant */
+            kind: "error";
         };
         Usage: {
             cacheReadTokens: number;

@@ -19,6 +19,8 @@ type JsonBody<P extends keyof paths, M extends keyof paths[P]> = paths[P][M] ext
 /** The session object of API.md §4. */
 export type Session = Json200<'/v1/sessions/{id}', 'get', 200>
 export type SessionUsage = Session['usage']
+/** How the session's latest turn ended (`Session.lastTurn`, `null` before the first turn ends). */
+export type LastTurn = NonNullable<Session['lastTurn']>
 /** One page of `GET /v1/sessions`. */
 export type SessionPage = Json200<'/v1/sessions', 'get', 200>
 /** `POST /v1/sessions` body; every field optional. */
@@ -46,7 +48,10 @@ export type ErrorBody = Json200<'/v1/sessions/{id}', 'get', 404>
 type Resolved<T> = [T] extends [never] ? false : true
 type AllResolved<T extends unknown[]> = { [K in keyof T]: Resolved<T[K]> }[number] extends true ? true : false
 type Must<T extends true> = T
-type _WireAliasesResolve = Must<AllResolved<[Session, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, ErrorBody]>>
+type _WireAliasesResolve = Must<AllResolved<[Session, LastTurn, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, ErrorBody]>>
+// the document's TurnEndReason and the one written below from the contract are the same type
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
+type _LastTurnReason = Must<Same<LastTurn['reason'], TurnEndReason>>
 
 // ---- content and messages (SPEC §3.3) ------------------------------------------------------------
 
