@@ -1,4 +1,4 @@
-// `npm run bench [-- --only turn,throughput,growth,fanout,memory] [--db pg,pglite] [--quick] [--out file]`
+// `npm run bench [-- --only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file]`
 // Runs each measurement on each database, prints one table per measurement and writes
 // bench/results.json (git-ignored). See bench/README.md for what every figure means.
 
@@ -15,8 +15,9 @@ import { benchThroughput } from './throughput.js'
 import { benchGrowth } from './growth.js'
 import { benchFanout } from './fanout.js'
 import { benchMemory } from './memory.js'
+import { benchBudget } from './budget.js'
 
-const MEASUREMENTS = ['turn', 'throughput', 'growth', 'fanout', 'memory'] as const
+const MEASUREMENTS = ['turn', 'throughput', 'growth', 'fanout', 'memory', 'budget'] as const
 type Measurement = (typeof MEASUREMENTS)[number]
 
 const TITLES: Record<Measurement, string> = {
@@ -25,6 +26,7 @@ const TITLES: Record<Measurement, string> = {
   growth: '3. Growth with session length (per-step overhead after N prior events)',
   fanout: '4. Fan-out (SSE subscribers on one session)',
   memory: '5. Memory (RSS of a child server process)',
+  budget: '6. Budget check (turn overhead with the check before every model attempt / without it; "floor" = without)',
 }
 
 function parseArgs(argv: string[]) {
@@ -47,7 +49,7 @@ function parseArgs(argv: string[]) {
       o.dbs = list as Kind[]
     } else if (a.startsWith('--out')) o.out = path.resolve(val())
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory] [--db pg,pglite] [--quick] [--out file]\n')
+      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file]\n')
       process.exit(0)
     } else throw new Error(`unknown argument ${a}`)
   }
@@ -91,6 +93,7 @@ async function main(): Promise<void> {
           else if (m === 'throughput') r = await benchThroughput(kind, q ? { levels: [1, 10], turns: 3 } : { levels: [1, 10, 100], turns: 20, maxTurnsPerLevel: kind === 'pglite' ? 400 : undefined }, cp)
           else if (m === 'growth') r = await benchGrowth(kind, q ? { sizes: [10, 1000], turns: 8, warmup: 5 } : { sizes: [10, 1000, 10000], turns: 40, warmup: 20 }, cp)
           else if (m === 'fanout') r = await benchFanout(kind, q ? { levels: [1, 100], turns: 2 } : { levels: [1, 100, 1000], turns: 10 }, [cp, (cp2 ??= new ClientProc())])
+          else if (m === 'budget') r = await benchBudget(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
           else r = await benchMemory(kind, q ? { sessions: 200, connections: 100, settleMs: 300 } : { sessions: 10000, connections: 1000, settleMs: 2000 })
         } catch (e) {
           process.stdout.write(`   ${m} on ${kind} failed: ${(e as Error)?.stack ?? e}\n`)

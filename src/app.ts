@@ -14,6 +14,7 @@ import { COMPACTOR, loadBuiltinPlugins, loadServerPlugins, type Compactor } from
 import { migrate, openDb, pruneIdempotency, schemaCurrent, type Db, type SessionRow } from './store/index.js'
 import { checkToolUrl, ToolRegistry } from './tools/index.js'
 import { WorkerHost } from './worker/index.js'
+import { Tenancy, type Clock } from './tenancy/index.js'
 import { ApiError } from './errors.js'
 import { ensureEmbeddedTenant } from './embedded-tenant.js'
 import { pluginConfigError, preflight } from './preflight.js'
@@ -29,6 +30,7 @@ export interface App {
   sessions: Sessions
   publisher: Publisher
   metrics: Metrics
+  tenancy: Tenancy
   host?: WorkerHost
   http?: FastifyInstance
   /** the listening address, when listening */
@@ -48,6 +50,8 @@ export interface StartOptions {
   llm?: Partial<LlmServiceOptions>
   /** plugins applied after the built-in ones and AGENTD_PLUGINS (tests) */
   plugins?: Array<(root: Context) => void>
+  /** the clock of tenant budget periods (tests move it across a UTC day or month) */
+  clock?: Clock
 }
 
 export async function startApp(config: Config, o: StartOptions = {}): Promise<App> {
@@ -96,6 +100,10 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     const attempts = new LiveAttempts(bus)
     cleanup.push(() => attempts.close())
 
+    // API.md §15: budgets before every model attempt, slot doorbells and tenant metrics after commits
+    const tenancy = new Tenancy({ db, bus, log, metrics, clock: o.clock, running: () => runningTenants(host) })
+    cleanup.push(publisher.observe((s, events) => tenancy.committed(s.tenantId, events)))
+
     const agentDeps: AgentDeps = {
       sessionLog: { db, publisher, mutex, log, onAppend: (n) => metrics.appends.inc({}, n) },
       log,
@@ -105,6 +113,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       metrics,
       maxParallelToolCalls: () => config.maxParallelToolCalls,
       attempts,
+      tenancy,
     }
     const host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
     // an api process drives nothing on its own; it only takes a session briefly for maintenance
@@ -131,6 +140,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       deleted: async (row: SessionRow) => {
         host.deleted(row.key)
         bus.poke(row.key)
+        tenancy.deleted(row.tenantId)
       },
     }
     // the process's one tracker of streaming attempts: the driver's own when it runs here
@@ -147,6 +157,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       sessions,
       publisher,
       metrics,
+      tenancy,
       host,
       firstKey,
       async close() {
@@ -157,7 +168,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         if (!o.db) await db.close()
       },
     }
-    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, snapshot, driver, ready: () => schemaCurrent(db) })
+    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, tenancy, snapshot, driver, ready: () => schemaCurrent(db) })
     if (o.listen !== false) {
       app.url = await app.http.listen({ port: config.port, host: config.host })
       log.info({ url: app.url, role: config.role, database: db.kind }, 'agentd listening')
@@ -168,6 +179,11 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     if (!o.db) await db.close().catch(() => {})
     throw e
   }
+}
+
+/** The tenant of each session this process's drivers run a turn for (agentd_tenant_running_sessions). */
+function* runningTenants(host: WorkerHost): Iterable<string> {
+  for (const a of host.agents()) if (a.state.openTurn !== null) yield a.tenantId
 }
 
 /** SPEC §12.7: manual compaction as maintenance of an idle Agent, by the compaction plugin when loaded. */

@@ -7,6 +7,7 @@ import { $, clearErrors, showError } from './dom.js'
 import { follow, setConn } from './live.js'
 import { initSessions, refreshSessions, resetSessions } from './sessions.js'
 import { closeView, initView, openView } from './view.js'
+import { initUsage, refreshUsage } from './usage.js'
 
 function hashSession() {
   const m = /^#session=(.+)$/.exec(location.hash)
@@ -55,6 +56,7 @@ function saveKey(e) {
   keySaved()
   $('topbar').classList.remove('key-open')
   void refreshSessions()
+  void refreshUsage()
   route()
 }
 
@@ -76,6 +78,7 @@ function init() {
   initSessions({ onSelect: selectSession })
   initView({ onSessionGone: sessionGone })
   initComposer()
+  initUsage()
   window.addEventListener('hashchange', route)
   void refreshSessions()
   route()

@@ -13,7 +13,7 @@ import type { LeanRow, SessionRow, StoredEvent } from '../store/index.js'
 import type { LlmService } from '../llm/index.js'
 import type { HostPolicy, ToolRegistry } from '../tools/index.js'
 import type { Metrics } from '../metrics.js'
-import type { AgentSpec, Loop, LoopServices, Series } from './context.js'
+import type { AgentSpec, Loop, LoopServices, Series, TenantGate } from './context.js'
 import { AGENT, Handles, type AgentHandle } from './handle.js'
 import type { Accepted } from './intake.js'
 import { LeaseLostError, SessionLog, type Lease, type SessionLogDeps, type UnitBuilder } from './log.js'
@@ -34,6 +34,8 @@ export interface AgentDeps {
   metrics?: Metrics
   maxParallelToolCalls: () => number
   attempts: LiveAttempts
+  /** tenant limits: the budget before every model attempt, slot waiting (API.md §15) */
+  tenancy?: TenantGate
 }
 
 /** The driver's view of the process hosting it (worker/), passed down at construction. */
@@ -52,6 +54,7 @@ export function agentOf(handle: unknown): Agent | undefined {
 export class Agent implements Loop {
   readonly id: string
   readonly key: string
+  readonly tenantId: string
   readonly series: Series
   readonly pending: PendingCalls
   readonly hooks: Hooks
@@ -62,6 +65,8 @@ export class Agent implements Loop {
   private readonly handles = new Handles(this)
   private readonly watch: SessionWatch
   private waking: Promise<void> | undefined
+  /** a durable wake came while one was in flight: look again once it ends (a slot may have freed) */
+  private wakeAgain = false
   private ended = false
   private revision = 0
 
@@ -74,7 +79,8 @@ export class Agent implements Loop {
     const { row, state, lease } = attached
     this.id = row.id
     this.key = row.key
-    this.sessionLog = new SessionLog(d.sessionLog, row.key, row.id, state, lease)
+    this.tenantId = row.tenantId
+    this.sessionLog = new SessionLog(d.sessionLog, row.key, row.id, state, lease, row.tenantId)
     this.logger = d.log.child({ tenantId: row.tenantId, sessionId: row.id, leaseToken: lease.token })
     // SPEC §8.7: the captured generation starts at attach
     this.series = { headerLogged: false, capturedGeneration: state.replaceGeneration }
@@ -82,7 +88,7 @@ export class Agent implements Loop {
     // cordis services are looked up once: property access on a context goes through its proxy
     const root = d.root as unknown as { hooks: Hooks; tools: ToolRegistry; systemPrompt: SystemPromptService }
     this.hooks = root.hooks
-    this.services = { db: d.sessionLog.db, llm: d.llm, registry: root.tools, systemPrompt: root.systemPrompt, toolPolicy: d.toolPolicy, metrics: d.metrics, maxParallelToolCalls: d.maxParallelToolCalls, attempts: d.attempts }
+    this.services = { db: d.sessionLog.db, llm: d.llm, registry: root.tools, systemPrompt: root.systemPrompt, toolPolicy: d.toolPolicy, metrics: d.metrics, maxParallelToolCalls: d.maxParallelToolCalls, attempts: d.attempts, tenancy: d.tenancy }
     this.watch = new SessionWatch(d.sessionLog.publisher.bus, row.key, {
       log: this.sessionLog,
       pending: this.pending,
@@ -227,6 +233,7 @@ export class Agent implements Loop {
   /** A durable wake request found by the lease holder (doorbell, attach). */
   async wakeDurable(): Promise<void> {
     if (this.disposed) return
+    if (this.waking) this.wakeAgain = true
     try {
       await this.wake()
     } catch (e) {
@@ -245,6 +252,13 @@ export class Agent implements Loop {
     if (this.run.busy) return Promise.resolve()
     const p = this.wakeOnce().finally(() => {
       if (this.waking === p) this.waking = undefined
+      const again = this.wakeAgain
+      this.wakeAgain = false
+      if (this.run.busy || this.disposed) return
+      // API.md §15: a session that waited for a slot (run state not idle) looks again if rung meanwhile;
+      // one that left without a turn may let a waiting session of its tenant start
+      if (this.sessionLog.row?.runState === 'idle') this.d.tenancy?.leftQueue(this.tenantId)
+      else if (again) void this.wakeDurable()
     })
     this.waking = p
     return p

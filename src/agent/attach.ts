@@ -67,15 +67,15 @@ export async function attach(
         added.push(e)
       }
       const pos = { key, nextSeq: c.row.nextSeq, lastTime: c.row.lastTime }
-      // SPEC §18.10: crash repair deletes the pending calls with the closers; the row mirrors them as it
-      // mirrors any unit (the open turn closed, lastTurn interrupted)
-      const events = await writeEvents(tx, pos, added, mirror(state, added, {}), closers.length ? [{ kind: 'pending-delete' }] : [])
+      // what the closers imply, as for any unit (the open turn closed, lastTurn interrupted, the slot freed); SPEC §18.10: crash repair deletes the pending calls with them
+      const m = mirror(state, added)
+      const events = await writeEvents(tx, pos, added, m.patch, closers.length ? [{ kind: 'pending-delete' }, ...m.side] : m.side)
       c.row.nextSeq = state.nextSeq
       c.row.lastTime = state.lastTime
       c.row.openTurn = state.openTurn
       return { row: c.row, lease: c.lease, state, events, source, repaired: closers.length > 0 }
     })
-    if (out?.events.length) d.publisher.committed({ key, id: out.row.id }, out.events)
+    if (out?.events.length) d.publisher.committed({ key, id: out.row.id, tenantId: out.row.tenantId }, out.events)
     return out
   })
 }

@@ -8,7 +8,7 @@ import type { TrackedAttempt } from '../bus/index.js'
 import { LlmError, type LlmRequest, type PreparedCall, type RetryPolicy } from '../llm/index.js'
 import { planAdmission, proposeConfig, type Proposal } from './admission.js'
 import { FatalAppend, type TurnContext } from './context.js'
-import { AbortedError } from './errors.js'
+import { AbortedError, TurnLlmError } from './errors.js'
 import { LeaseLostError } from './log.js'
 
 /** Process-local marker of loop requests (SPEC §7.6). */
@@ -41,6 +41,13 @@ export async function runAttempt(tc: TurnContext, proposal: Proposal, attempt: n
   loop.series.headerLogged = true
   loop.series.capturedGeneration = loop.state.replaceGeneration
   tc.abort.check()
+  // API.md §15: the tenant's budget, after admission and before anything reaches the provider; a
+  // refusal ends the turn like a model failure, the admitted events kept (as a cancel here, SPEC §8.2)
+  if (loop.services.tenancy) {
+    const refused = await loop.services.tenancy.checkBudget(loop.tenantId)
+    tc.abort.check()
+    if (refused) throw new TurnLlmError(refused)
+  }
   // the frozen request, derived from the log (SPEC §8.9)
   const header = loop.state.latestHeader!.header
   const request = Object.freeze({ ...header.config, messages: Object.freeze(loop.state.deriveMessages()), ...(header.tools ? { tools: header.tools } : {}), sessionId: loop.id, signal: tc.signal, [LOOP_REQUEST]: true }) as unknown as LlmRequest

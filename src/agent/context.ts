@@ -7,7 +7,7 @@ import type { LiveAttempts } from '../bus/index.js'
 import type { Hooks } from '../hooks/index.js'
 import type { LlmService } from '../llm/index.js'
 import type { Metrics } from '../metrics.js'
-import { errorChain, type AgentCancelCause, type SessionState } from '../session/index.js'
+import { errorChain, type AgentCancelCause, type LlmFailure, type SessionState } from '../session/index.js'
 import type { Db, RowPatch, StoredEvent } from '../store/index.js'
 import type { HostPolicy, ToolRegistry, ToolSpec } from '../tools/index.js'
 import { AbortedError } from './errors.js'
@@ -24,6 +24,14 @@ export interface AgentSpec {
   reasoningEffort?: string
 }
 
+/** What the driver asks of the tenant's limits (API.md §15); tenancy/ implements it. */
+export interface TenantGate {
+  /** before every model attempt: null when it may be made, else the failure that ends the turn (BUDGET_EXCEEDED) */
+  checkBudget(tenantId: string): Promise<LlmFailure | null>
+  /** a wake ended with the session idle and no turn: sessions of the tenant waiting for a slot may start */
+  leftQueue(tenantId: string): void
+}
+
 /** The services a loop instance calls, looked up once (cordis services go through a proxy). */
 export interface LoopServices {
   db: Db
@@ -35,6 +43,8 @@ export interface LoopServices {
   maxParallelToolCalls: () => number
   /** the process's one tracker of streaming attempts (snapshot frames, the settled stream) */
   attempts: LiveAttempts
+  /** the tenant's budget and slots, when the host enforces limits */
+  tenancy?: TenantGate
 }
 
 /** What a loop instance remembers between attempts (SPEC §8.7–§8.8). */
@@ -59,6 +69,7 @@ export type Notify = (name: string, payload: Record<string, unknown>, wire?: unk
 export interface Loop {
   readonly id: string
   readonly key: string
+  readonly tenantId: string
   readonly spec: AgentSpec
   /** the folded log; every unit folds into it as it is built */
   readonly state: SessionState

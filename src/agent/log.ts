@@ -3,7 +3,7 @@
 // transaction, and published after commit (DESIGN.md §3, SPEC §2.4, §3.1.4).
 
 import type { Logger } from 'pino'
-import { deepFreeze, lastTurnOf, LogError, sumUsage, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
+import { deepFreeze, lastTurnOf, ledgerEntries, LogError, sumUsage, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
 import { appendConditional, lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SideRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
@@ -58,22 +58,32 @@ export interface SessionLogDeps {
 }
 
 /**
- * What the row must mirror of a unit's added events (folded into `state` already): open turn, inbox
- * projection, usage ledger, last turn. Every writer of driver events uses it — SessionLog's units and
- * crash repair's closers (attach.ts) — so the row follows the log whichever path wrote it.
+ * What follows from a unit's events, whichever path writes them (the driver's units, crash repair):
+ * the row's mirror of them (open turn, inbox projection, usage, last turn) and the side rows they imply (the
+ * tenant's usage ledger, running-session slots). `state` has the events folded already.
  */
-export function mirror(state: SessionState, added: readonly SessionEvent[], patch: RowPatch): RowPatch {
+export function mirror(state: SessionState, added: readonly SessionEvent[], patch: RowPatch = {}): { patch: RowPatch; side: SideRow[] } {
   const p: RowPatch = { ...patch }
+  const side: SideRow[] = []
   for (const e of added) {
-    if (e.type === 'turn/start') p.openTurn = (e.data as { turn: number }).turn
-    else if (e.type === 'turn/end') p.openTurn = null
-    else if (e.type === 'agent/inbox/spliced') p.inbox = state.inbox
+    if (e.type === 'turn/start') {
+      p.openTurn = (e.data as { turn: number }).turn
+      side.push({ kind: 'slot-take' })
+    } else if (e.type === 'turn/end') {
+      p.openTurn = null
+      side.push({ kind: 'slot-free' })
+    } else if (e.type === 'agent/inbox/spliced') p.inbox = state.inbox
   }
   const usage = sumUsage(added)
   if (usage) p.usage = usage
   const lastTurn = lastTurnOf(added)
   if (lastTurn) p.lastTurn = lastTurn
-  return p
+  const entries = ledgerEntries(added, () => {
+    const c = state.latestHeader?.header.config
+    return c ? `${c.provider}/${c.model}` : undefined
+  })
+  if (entries.length) side.push({ kind: 'usage', entries })
+  return { patch: p, side }
 }
 
 export class SessionLog {
@@ -86,6 +96,8 @@ export class SessionLog {
     readonly id: string,
     readonly state: SessionState,
     public lease: Lease,
+    /** the session's tenant: commit observers learn it with each publication */
+    readonly tenantId?: string,
   ) {}
 
   /** Folds events other processes committed (splices of deliveries, cancels, removals). */
@@ -120,7 +132,7 @@ export class SessionLog {
       this.row = result.row
       this.d.onAppend?.(result.events.length)
       opts.beforePublish?.(result.value, result.events)
-      if (opts.publish !== false) this.d.publisher.committed({ key: this.key, id: this.id }, result.events)
+      if (opts.publish !== false) this.d.publisher.committed({ key: this.key, id: this.id, tenantId: this.tenantId }, result.events)
       return result
     })
   }
@@ -185,7 +197,8 @@ export class SessionLog {
     let r
     try {
       const flags = read.size && known ? Object.fromEntries([...read].map((f) => [f, known[f]])) : undefined
-      r = await appendConditional(this.d.db, this.key, { nextSeq: added[0].seq, lease: this.lease, flags }, added, mirror(this.state, added, out.patch ?? {}), side)
+      const m = mirror(this.state, added, out.patch)
+      r = await appendConditional(this.d.db, this.key, { nextSeq: added[0].seq, lease: this.lease, flags }, added, m.patch, [...side, ...m.side])
     } catch (e) {
       undo()
       throw e
@@ -218,8 +231,8 @@ export class SessionLog {
         const added: SessionEvent[] = []
         const side: SideRow[] = []
         const out = build(this.builder(undos, added, side, row)) ?? {}
-        const patch = mirror(this.state, added, out.patch ?? {})
-        const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch, side)
+        const { patch, side: derived } = mirror(this.state, added, out.patch)
+        const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch, [...side, ...derived])
         const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }
         if (patch.runState !== undefined) next.runState = patch.runState
         if (patch.cancelPending !== undefined) next.cancelPending = patch.cancelPending

@@ -13,12 +13,18 @@ export const WIRE_NOTIFICATIONS = new Set(['agent/status', 'agent/session-start'
 export interface SessionRef {
   key: string
   id: string
+  /** set where the committer knows it (the driver, crash repair): commit observers use it */
+  tenantId?: string
 }
+
+/** Work that follows a commit in this process besides fan-out (tenancy: slot rings, metrics). */
+export type CommitObserver = (s: SessionRef, events: readonly StoredEvent[]) => void
 
 export class Publisher {
   private readonly publishing = new Set<string>()
   /** work to run once a session's publication ends (a cancel issued by an observer, SPEC §18.9) */
   private readonly afterPublish = new Map<string, Array<() => void>>()
+  private readonly observers = new Set<CommitObserver>()
 
   constructor(readonly bus: Bus, readonly root: Context, readonly log: Logger) {}
 
@@ -35,9 +41,22 @@ export class Publisher {
     l.push(fn)
   }
 
+  /** Adds a commit observer; a throwing one is logged and the others still run. */
+  observe(fn: CommitObserver): () => void {
+    this.observers.add(fn)
+    return () => void this.observers.delete(fn)
+  }
+
   committed(s: SessionRef, events: readonly StoredEvent[]): void {
     if (!events.length) return
     this.bus.publishCommit(s.key, events)
+    for (const o of this.observers) {
+      try {
+        o(s, events)
+      } catch (err) {
+        this.log.warn({ err, sessionId: s.id }, 'commit observer failed')
+      }
+    }
     if (!hasListeners(this.root, 'session/event')) return
     this.publishing.add(s.key)
     try {

@@ -4,7 +4,7 @@
 // whether the driver goes on, honours a latched wake, or goes idle.
 
 import { errorChain, hasPending, planClaim, type InboxTarget, type Json, type LlmFailure, type TurnEndReason, type UserMessage } from '../session/index.js'
-import type { RowPatch } from '../store/index.js'
+import { SlotUnavailableError, type RowPatch } from '../store/index.js'
 import { closer, FatalAppend, turnContext, type Loop, type TurnContext } from './context.js'
 import { TurnLlmError } from './errors.js'
 import type { UnitBuilder } from './log.js'
@@ -88,9 +88,17 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
     },
     // publication order (SPEC §5.2): agent/status running, then turn/start and the claim
     { beforePublish: (value) => value && ctl.run.announce() },
-  )
+  ).catch(waitForSlot)
+  if (!r) return null
   if (r.value) for (const message of r.value.claimed) loop.notify('agent/inbox/claimed', { message, turn: r.value.turn })
   return r.value
+}
+
+/** API.md §15: no running-session slot was free, so nothing of the unit was written; the session
+ * waits, still wanted, for a slot's doorbell. */
+function waitForSlot(e: unknown): null {
+  if (e instanceof SlotUnavailableError) return null
+  throw e
 }
 
 /** Runs turns until one stops the driver (SPEC §5.3); throws when this process can no longer append. */

@@ -17,6 +17,8 @@ import { inboxRoutes } from './inbox.js'
 import { eventRoutes } from './events.js'
 import { streamRoutes } from './streams.js'
 import { toolRoutes } from './tools.js'
+import { limitRoutes } from './limits.js'
+import { usageRoutes } from './usage.js'
 import { collectRoutes, type RouteDoc } from './openapi.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
@@ -64,6 +66,8 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(eventRoutes, deps)
       await v1.register(streamRoutes, deps)
       await v1.register(toolRoutes, deps)
+      await v1.register(limitRoutes, deps)
+      await v1.register(usageRoutes, deps)
     }, { prefix: '/v1' })
   }
   return app

@@ -1,21 +1,29 @@
 // Authentication of the /v1 scope (API.md §3): tenant keys, the admin token on admin routes, the
-// `?access_token=` fallback of streams, and the per-key rate limit (API.md §1).
+// `?access_token=` fallback of streams, and the rate limit per key or per tenant (API.md §1, §15).
 
 import crypto from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from '../errors.js'
-import { tenants } from '../store/index.js'
+import { tenants, type Principal } from '../store/index.js'
 import type { HttpDeps } from './deps.js'
 
-/** Per-key token buckets (API.md §1 AGENTD_RATE_LIMIT_PER_MIN); streams are exempt. */
+/**
+ * Token buckets (API.md §1 AGENTD_RATE_LIMIT_PER_MIN): one per key at the default rate, or one per
+ * tenant that has requestsPerMin (API.md §15), shared by its keys in this process; streams are exempt.
+ */
 class RateLimiter {
-  private readonly buckets = new Map<string, { tokens: number; at: number }>()
+  private readonly buckets = new Map<string, { tokens: number; at: number; perMin: number }>()
   constructor(private readonly perMin: number) {}
-  take(key: string): number {
+  /** 0 when the request may go, else the seconds to wait */
+  take(p: Principal): number {
+    const perMin = p.requestsPerMin ?? this.perMin
+    const key = p.requestsPerMin === undefined ? `key:${p.keyId}` : `tenant:${p.tenantId}`
     const now = Date.now()
-    const b = this.buckets.get(key) ?? { tokens: this.perMin, at: now }
-    b.tokens = Math.min(this.perMin, b.tokens + ((now - b.at) * this.perMin) / 60000)
+    let b = this.buckets.get(key)
+    // a changed limit starts the bucket over
+    if (!b || b.perMin !== perMin) b = { tokens: perMin, at: now, perMin }
+    b.tokens = Math.min(perMin, b.tokens + ((now - b.at) * perMin) / 60000)
     b.at = now
     this.buckets.set(key, b)
     if (b.tokens >= 1) {
@@ -23,7 +31,7 @@ class RateLimiter {
       return 0
     }
     if (this.buckets.size > 100000) this.buckets.clear()
-    return Math.ceil(((1 - b.tokens) * 60000) / this.perMin / 1000)
+    return Math.ceil(((1 - b.tokens) * 60000) / perMin / 1000)
   }
 }
 
@@ -73,8 +81,8 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
     if (!p) throw new ApiError('unauthorized', 'unknown or revoked API key')
     req.principal = p
     if (!facts.unlimited) {
-      const wait = limiter.take(p.keyId)
-      if (wait) throw new ApiError('rate-limited', 'too many requests for this API key', undefined, { 'retry-after': String(wait) })
+      const wait = limiter.take(p)
+      if (wait) throw new ApiError('rate-limited', p.requestsPerMin === undefined ? 'too many requests for this API key' : "too many requests for this tenant's keys (requestsPerMin)", undefined, { 'retry-after': String(wait) })
     }
   })
 }, { name: 'agentd-auth' })

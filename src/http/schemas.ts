@@ -137,6 +137,49 @@ export const TenantAnswer = Type.Object({ tenant: Tenant, apiKey: Type.String() 
 export const KeyAnswer = Type.Object({ keyId: Type.String(), apiKey: Type.String() })
 export const EmptyBody = Type.Object({}, { additionalProperties: false })
 
+// API.md §15: limits are positive; the counts whole numbers
+const Count = (max: number, description: string) => Type.Integer({ minimum: 1, maximum: max, description })
+const LIMITS = {
+  maxRunningSessions: Count(1_000_000, "at most this many of the tenant's sessions run a turn at once, across all processes"),
+  tokensPerDay: Count(Number.MAX_SAFE_INTEGER, 'input + output + cache tokens per UTC day'),
+  costUsdPerMonth: Type.Number({ exclusiveMinimum: 0, maximum: 1e12, description: 'USD per UTC month' }),
+  requestsPerMin: Count(1_000_000_000, "requests per minute for all of the tenant's keys (replaces AGENTD_RATE_LIMIT_PER_MIN)"),
+}
+export const Limits = Type.Object(
+  { maxRunningSessions: Type.Optional(LIMITS.maxRunningSessions), tokensPerDay: Type.Optional(LIMITS.tokensPerDay), costUsdPerMonth: Type.Optional(LIMITS.costUsdPerMonth), requestsPerMin: Type.Optional(LIMITS.requestsPerMin) },
+  { additionalProperties: false, description: 'an absent limit is no limit' },
+)
+const orNull = (t: TSchema) => Type.Optional(Type.Union([t, Type.Null()]))
+export const LimitsPatch = Type.Object(
+  { maxRunningSessions: orNull(LIMITS.maxRunningSessions), tokensPerDay: orNull(LIMITS.tokensPerDay), costUsdPerMonth: orNull(LIMITS.costUsdPerMonth), requestsPerMin: orNull(LIMITS.requestsPerMin) },
+  { additionalProperties: false, description: 'limits to set; null removes one, an absent one stays as it is' },
+)
+export const PatchTenantBody = Type.Object({ limits: LimitsPatch }, { additionalProperties: false })
+export const TenantWithLimits = Type.Object({ id: Type.String(), name: Type.String(), limits: Limits })
+export const TenantLimitsAnswer = Type.Object({ tenant: TenantWithLimits })
+export const TenantParams = Type.Object({ tenantId: Type.String({ minLength: 1, maxLength: 200 }) })
+
+export const UsageQuery = Type.Object(
+  {
+    from: Type.Optional(Type.String({ maxLength: 10, description: 'first UTC day, YYYY-MM-DD (default: the first day of the month of to)' })),
+    to: Type.Optional(Type.String({ maxLength: 10, description: 'last UTC day, YYYY-MM-DD (default: the last day of the current month)' })),
+    groupBy: Type.Optional(Type.Union([Type.Literal('day'), Type.Literal('model'), Type.Literal('session')])),
+  },
+  { additionalProperties: false },
+)
+export const UsageRow = Type.Object({
+  day: Type.Optional(Type.String({ description: 'YYYY-MM-DD (groupBy=day)' })),
+  model: Type.Optional(Type.String({ description: 'provider/modelId (groupBy=model)' })),
+  sessionId: Type.Optional(Type.String({ description: 'groupBy=session' })),
+  inputTokens: Type.Number(),
+  outputTokens: Type.Number(),
+  cacheReadTokens: Type.Number(),
+  cacheWriteTokens: Type.Number(),
+  costUsd: Type.Number(),
+  attempts: Type.Integer({ description: 'settled model attempts' }),
+})
+export const UsageAnswer = Type.Object({ usage: Type.Array(UsageRow), limits: Limits })
+
 export const ErrorCode = Type.Union(ERROR_CODES.map((c) => Type.Literal(c)), { description: 'API.md §10' })
 export const ErrorDetail = Type.Object({ path: Type.String(), message: Type.String() })
 export const ErrorBody = Type.Object({
@@ -189,6 +232,13 @@ export const COMPONENTS: Record<string, TSchema> = {
   TenantBody,
   TenantAnswer,
   KeyAnswer,
+  Limits,
+  LimitsPatch,
+  PatchTenantBody,
+  TenantWithLimits,
+  TenantLimitsAnswer,
+  UsageRow,
+  UsageAnswer,
   ErrorCode,
   ErrorDetail,
   ErrorBody,

@@ -152,6 +152,13 @@ export async function summarize(agent: Agent, d: SummaryDeps, turn: number | nul
   if (!sel) return false
   const route = summaryRoute(state, d.config)
   if (!route) return false
+  // API.md §15: a summary is a model attempt; over the tenant's budget none is made, and nothing is written
+  const refused = await agent.services.tenancy?.checkBudget(agent.tenantId)
+  if (refused) {
+    d.log.warn({ sessionId: agent.id, code: refused.code, err: refused.message }, 'compaction: no summary, the tenant is over its budget')
+    return false
+  }
+  if (signal.aborted) return false
   const compactionId = `cmp_${crypto.randomUUID()}`
   const generation = state.replaceGeneration
   const shadowedSeqs = sel.nodes.map((n) => n.seq)

@@ -43,13 +43,62 @@ export function sumUsage(events: Iterable<SessionEvent>): UsageTotals | undefine
     if (!u) continue
     const l = usageTotals(u)
     if (!sum) sum = l
-    else {
-      sum.inputTokens += l.inputTokens
-      sum.outputTokens += l.outputTokens
-      sum.cacheReadTokens += l.cacheReadTokens
-      sum.cacheWriteTokens += l.cacheWriteTokens
-      sum.costUsd += l.costUsd
-    }
+    else addTotals(sum, l)
   }
   return sum
+}
+
+/** Adds `l` into `sum`. */
+export function addTotals(sum: UsageTotals, l: UsageTotals): void {
+  sum.inputTokens += l.inputTokens
+  sum.outputTokens += l.outputTokens
+  sum.cacheReadTokens += l.cacheReadTokens
+  sum.cacheWriteTokens += l.cacheWriteTokens
+  sum.costUsd += l.costUsd
+}
+
+/** The UTC day of an epoch-ms time, `YYYY-MM-DD`: the period of tokensPerDay (API.md §15). */
+export const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10)
+
+/** The UTC month of an epoch-ms time, `YYYY-MM`: the period of costUsdPerMonth (API.md §15). */
+export const utcMonth = (ms: number): string => new Date(ms).toISOString().slice(0, 7)
+
+/** Tokens a budget counts: input + output + cache (API.md §15 tokensPerDay). */
+export const budgetTokens = (u: UsageTotals): number => u.inputTokens + u.outputTokens + u.cacheReadTokens + u.cacheWriteTokens
+
+/** What a unit's settlements add to the tenant's usage ledger on one UTC day for one model. */
+export interface LedgerEntry {
+  day: string
+  /** `provider/modelId` */
+  model: string
+  usage: UsageTotals
+  /** settled attempts */
+  attempts: number
+}
+
+const SETTLEMENTS = new Set(['assistant/message', 'assistant/attempt', 'compaction/summary'])
+
+/**
+ * The ledger entries of a unit's events: every settlement counts one attempt and its usage, on the
+ * UTC day of its time, for its model. A failed attempt names no model; `attemptModel` gives the one
+ * of the request header it was sent under. Entries are distinct by (day, model).
+ */
+export function ledgerEntries(events: Iterable<SessionEvent>, attemptModel: () => string | undefined): LedgerEntry[] {
+  const out = new Map<string, LedgerEntry>()
+  for (const e of events) {
+    if (!SETTLEMENTS.has(e.type)) continue
+    const d = e.data as Record<string, any>
+    const route = e.type === 'assistant/message' ? d.message?.source : e.type === 'compaction/summary' ? d : undefined
+    const model = (route ? `${route.provider}/${route.model}` : attemptModel()) ?? 'unknown'
+    const day = utcDay(e.time)
+    const k = `${day}\n${model}`
+    const u = usageTotals(usageOf(e))
+    const entry = out.get(k)
+    if (!entry) out.set(k, { day, model, usage: u, attempts: 1 })
+    else {
+      entry.attempts++
+      addTotals(entry.usage, u)
+    }
+  }
+  return [...out.values()]
 }

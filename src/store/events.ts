@@ -4,7 +4,7 @@
 import type { Draft, SessionEvent } from '../session/index.js'
 import type { Queryable } from './db.js'
 import { rowSets, updateRow, type RowPatch, type RunState } from './sessions.js'
-import { sideCtes, writeSideRows, type SideRow } from './side.js'
+import { sideCtes, sideGuards, writeSideRows, type SideRow } from './side.js'
 
 /** What an append needs of the locked row; writeEvents moves it forward. */
 export interface LogPosition {
@@ -68,7 +68,8 @@ export async function writeEvents(tx: Queryable, row: LogPosition, events: reado
 /**
  * An append in ONE statement, without a transaction of its own: the row moves only if it is still at
  * `expect.nextSeq`, under the given lease (the driver's fence) and with the given flags (what the
- * caller decided on), and the events and the unit's side rows are inserted only if it moved.
+ * caller decided on) and the guards of its side rows (side.ts), and the events and the unit's side
+ * rows are inserted only if it moved.
  * Returns the row flags, or null when a condition failed: the caller then reads again or takes the
  * locked path. A side row that violates a constraint (a duplicate idempotency record) fails the
  * statement as a whole.
@@ -96,6 +97,7 @@ export async function appendConditional(
     params.push(v)
     where += ` AND ${column[k as keyof typeof column]} = $${params.length}`
   }
+  for (const g of sideGuards(side)) where += ` AND ${g}`
   const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, patch, params)
   const sides = sideCtes(side, params)
   params.push(out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), out.map((e) => e.json))

@@ -173,6 +173,11 @@ export function rowSets(log: { nextSeq: number; lastTime: number } | null, p: Ro
   if (p.inbox) add('inbox = ?', JSON.stringify(p.inbox))
   if (p.openTurn !== undefined) add('open_turn = ?', p.openTurn)
   if (p.runState !== undefined) add('run_state = ?', p.runState)
+  // API.md §15 (slots): a session whose run state leaves idle draws its place in the wake order; one
+  // whose driver goes on to another turn draws a new one, behind the sessions already waiting
+  if (p.runState !== undefined && p.runState !== 'idle') {
+    sets.push(p.openTurn === null ? "wake_seq = nextval('session_wake_seq')" : "wake_seq = CASE WHEN run_state = 'idle' THEN nextval('session_wake_seq') ELSE wake_seq END")
+  }
   if (p.cancelPending !== undefined) add('cancel_pending = ?', p.cancelPending)
   if (p.wakeLatched !== undefined) add('wake_latched = ?', p.wakeLatched)
   if (p.lastTurn) add('last_turn = ?', JSON.stringify(p.lastTurn))

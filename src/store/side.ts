@@ -1,5 +1,6 @@
 // Side rows (DESIGN.md §3 "Side rows ride in the commit"): what must exist exactly when a unit's
-// events are durable — a pending call (SPEC §18.10), an idempotency record (API.md §5). Callers name
+// events are durable — a pending call (SPEC §18.10), an idempotency record (API.md §5), the usage
+// ledger and a running-session slot (API.md §15). Callers name
 // them; store/ writes them in the SAME statement as the events on the fast path (CTEs conditioned on
 // the row move) and in the SAME transaction on the locked path. A new kind is one member of SideRow
 // plus one statement builder in SIDE_SQL.
@@ -7,38 +8,76 @@
 import type { Queryable } from './db.js'
 import { idempotencySql, type IdempotencyRecord } from './idempotency.js'
 import { pendingDeleteSql, pendingInsertSql, type PendingKind } from './pending.js'
+import { slotFreeSql, slotTakeGuard, slotTakeSql, takeSlotLocked } from './slots.js'
+import { usageSql } from './usage.js'
+import type { LedgerEntry } from '../session/index.js'
 
 export type SideRow =
   | { kind: 'pending-insert'; call: { callId: string; kind: PendingKind; name: string; arguments: string } }
   /** without callIds: every pending call of the session (crash repair) */
   | { kind: 'pending-delete'; callIds?: string[] }
   | ({ kind: 'idempotency' } & IdempotencyRecord)
+  /** a unit's settlements in the tenant's usage ledger (API.md §15) */
+  | { kind: 'usage'; entries: LedgerEntry[] }
+  /** turn/start takes a running-session slot, turn/end frees it (API.md §15) */
+  | { kind: 'slot-take' }
+  | { kind: 'slot-free' }
 
 /**
- * One data-modifying statement on session `$1`, run only when the SQL condition `when` holds; its
- * parameters are pushed onto `params`. The same text is a CTE of the fast path and a statement alone.
+ * Data-modifying statements on session `$1` (one, or several in order), run only when the SQL
+ * condition `when` holds; their parameters are pushed onto `params`. The same text is a CTE of the
+ * fast path and a statement alone.
  */
-type SideSql<R> = (row: R, params: unknown[], when: string) => string
+type SideSql<R> = (row: R, params: unknown[], when: string) => string | readonly string[]
 
 const SIDE_SQL: { [K in SideRow['kind']]: SideSql<Extract<SideRow, { kind: K }>> } = {
   'pending-insert': (r, params, when) => pendingInsertSql(r.call, params, when),
   'pending-delete': (r, params, when) => pendingDeleteSql(r.callIds, params, when),
   idempotency: (r, params, when) => idempotencySql(r, params, when),
+  usage: (r, params, when) => usageSql(r.entries, params, when),
+  'slot-take': (_r, params, when) => slotTakeSql(params, when),
+  'slot-free': (_r, _params, when) => slotFreeSql(when),
 }
 
-function statement(row: SideRow, params: unknown[], when: string): string {
-  return (SIDE_SQL[row.kind] as SideSql<SideRow>)(row, params, when)
+/** Conditions a kind puts on the fast path's row move: when one fails, the unit takes the locked path. */
+const SIDE_GUARD: { [K in SideRow['kind']]?: () => string } = {
+  'slot-take': slotTakeGuard,
+}
+
+/** Kinds the locked path writes with statements of their own, which may refuse the unit by throwing. */
+const SIDE_LOCKED: { [K in SideRow['kind']]?: (tx: Queryable, key: string, row: Extract<SideRow, { kind: K }>) => Promise<void> } = {
+  'slot-take': (tx, key) => takeSlotLocked(tx, key),
+}
+
+function statements(row: SideRow, params: unknown[], when: string): readonly string[] {
+  const sql = (SIDE_SQL[row.kind] as SideSql<SideRow>)(row, params, when)
+  return typeof sql === 'string' ? [sql] : sql
 }
 
 /** The fast path's side rows as CTEs of one statement whose row move is the CTE `moved`. */
 export function sideCtes(rows: readonly SideRow[], params: unknown[]): string {
-  return rows.map((r, i) => `, side${i} AS (${statement(r, params, 'EXISTS (SELECT 1 FROM moved)')})`).join('')
+  return rows
+    .flatMap((r) => statements(r, params, 'EXISTS (SELECT 1 FROM moved)'))
+    .map((sql, i) => `, side${i} AS (${sql})`)
+    .join('')
+}
+
+/** The fast path's extra conditions on the row move, from its side rows. */
+export function sideGuards(rows: readonly SideRow[]): string[] {
+  return [...new Set(rows.flatMap((r) => SIDE_GUARD[r.kind]?.() ?? []))]
 }
 
 /** The locked path's side rows, in the caller's transaction (the row is locked and moved). */
 export async function writeSideRows(tx: Queryable, key: string, rows: readonly SideRow[]): Promise<void> {
   for (const r of rows) {
+    const locked = SIDE_LOCKED[r.kind] as ((tx: Queryable, key: string, row: SideRow) => Promise<void>) | undefined
+    if (locked) {
+      await locked(tx, key, r)
+      continue
+    }
     const params: unknown[] = [key]
-    await tx.query(statement(r, params, 'true'), params)
+    // several statements share their parameters: one statement of CTEs
+    const list = statements(r, params, 'true')
+    await tx.query(list.length === 1 ? list[0] : `WITH ${list.map((sql, i) => `s${i} AS (${sql})`).join(', ')} SELECT 1`, params)
   }
 }

@@ -1,5 +1,5 @@
-// Tenants and API keys (API.md §3). A key is `agd_<prefix>_<secret>`; we store the prefix for lookup
-// and a SHA-256 of the whole key, compared in constant time.
+// Tenants, their limits (API.md §15) and API keys (API.md §3). A key is `agd_<prefix>_<secret>`; we
+// store the prefix for lookup and a SHA-256 of the whole key, compared in constant time.
 
 import crypto from 'node:crypto'
 import type { Queryable } from './db.js'
@@ -12,6 +12,31 @@ export interface Tenant {
 export interface Principal {
   tenantId: string
   keyId: string
+  /** the tenant's limit on requests per minute (API.md §15), shared by its keys */
+  requestsPerMin?: number
+}
+
+/** A tenant's limits (API.md §15); an absent one is no limit. */
+export interface TenantLimits {
+  maxRunningSessions?: number
+  tokensPerDay?: number
+  costUsdPerMonth?: number
+  requestsPerMin?: number
+}
+
+const LIMIT_COLUMNS: Record<keyof TenantLimits, string> = {
+  maxRunningSessions: 'max_running_sessions',
+  tokensPerDay: 'tokens_per_day',
+  costUsdPerMonth: 'cost_usd_per_month',
+  requestsPerMin: 'requests_per_min',
+}
+
+const TENANT = `id, name, ${Object.values(LIMIT_COLUMNS).join(', ')}`
+
+function toTenant(r: Record<string, unknown>): Tenant & { limits: TenantLimits } {
+  const limits: TenantLimits = {}
+  for (const [k, col] of Object.entries(LIMIT_COLUMNS) as Array<[keyof TenantLimits, string]>) if (r[col] !== null && r[col] !== undefined) limits[k] = Number(r[col])
+  return { id: r.id as string, name: r.name as string, limits }
 }
 
 const KEY_RE = /^agd_([0-9a-f]{12})_([0-9A-Za-z_-]{43})$/
@@ -36,6 +61,22 @@ export async function tenantExists(db: Queryable, tenantId: string): Promise<boo
   return rows.length > 0
 }
 
+export async function getTenant(db: Queryable, tenantId: string): Promise<(Tenant & { limits: TenantLimits }) | undefined> {
+  const { rows } = await db.query<Record<string, unknown>>(`SELECT ${TENANT} FROM tenants WHERE id = $1`, [tenantId])
+  return rows[0] ? toTenant(rows[0]) : undefined
+}
+
+/** Sets the given limits (null removes one) in one statement; undefined for an unknown tenant. */
+export async function updateLimits(db: Queryable, tenantId: string, patch: { [K in keyof TenantLimits]?: number | null }): Promise<(Tenant & { limits: TenantLimits }) | undefined> {
+  const params: unknown[] = [tenantId]
+  const sets = (Object.keys(patch) as Array<keyof TenantLimits>).filter((k) => patch[k] !== undefined).map((k) => {
+    params.push(patch[k])
+    return `${LIMIT_COLUMNS[k]} = $${params.length}`
+  })
+  const { rows } = await db.query<Record<string, unknown>>(sets.length ? `UPDATE tenants SET ${sets.join(', ')} WHERE id = $1 RETURNING ${TENANT}` : `SELECT ${TENANT} FROM tenants WHERE id = $1`, params)
+  return rows[0] ? toTenant(rows[0]) : undefined
+}
+
 export async function countTenants(db: Queryable): Promise<number> {
   const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM tenants')
   return rows[0].n
@@ -58,11 +99,14 @@ export async function revokeKey(db: Queryable, keyId: string): Promise<boolean> 
 export async function authenticate(db: Queryable, key: string): Promise<Principal | null> {
   const m = KEY_RE.exec(key)
   if (!m) return null
-  const { rows } = await db.query<{ id: string; tenant_id: string; hash: Buffer | Uint8Array }>('SELECT id, tenant_id, hash FROM api_keys WHERE prefix = $1 AND revoked_at IS NULL', [m[1]])
+  const { rows } = await db.query<{ id: string; tenant_id: string; hash: Buffer | Uint8Array; requests_per_min: number | null }>(
+    'SELECT k.id, k.tenant_id, k.hash, t.requests_per_min FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.prefix = $1 AND k.revoked_at IS NULL',
+    [m[1]],
+  )
   const row = rows[0]
   if (!row) return null
   const stored = Buffer.from(row.hash)
   const given = sha256(key)
   if (stored.length !== given.length || !crypto.timingSafeEqual(stored, given)) return null
-  return { tenantId: row.tenant_id, keyId: row.id }
+  return row.requests_per_min === null ? { tenantId: row.tenant_id, keyId: row.id } : { tenantId: row.tenant_id, keyId: row.id, requestsPerMin: row.requests_per_min }
 }

@@ -70,6 +70,11 @@ export class WorkerHost {
     return this.held.get(key)?.agent
   }
 
+  /** The Agents this process drives. */
+  *agents(): IterableIterator<Agent> {
+    for (const h of this.held.values()) yield h.agent
+  }
+
   /** A wake request: the local Agent takes it, else try to claim the session. */
   async onWake(key: string): Promise<void> {
     if (this.stopping) return

@@ -21,6 +21,8 @@ export interface TestAppOptions {
   /** reuse a database (restart tests) */
   testDb?: TestDb
   logLevel?: string
+  /** the clock of tenant budget periods (StartOptions.clock) */
+  clock?: () => number
 }
 
 export interface TestApp {
@@ -61,6 +63,7 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     log: pino({ level: config.logLevel }),
     llm: { extraModels: models.models, defaultModel: models.ref(), models: { providers: {} } },
     plugins: o.plugins?.map((p) => (root: Context) => p(root, testDb.db)),
+    clock: o.clock,
   }
   const app = await startApp(config, opts)
   const url = app.url!

@@ -275,3 +275,68 @@ describe('concurrent migrate() on one empty PostgreSQL database', () => {
     expect((await recorded(b)).map((r) => r.version)).toEqual(list.map((m) => m.version))
   })
 })
+
+describe.each(DB_KINDS)('0004 on %s carries existing data over', (kind) => {
+  it('usage from the logs (failed attempts, compaction summaries, not a fork\'s copied prefix), slots from open turns, wake order from run state', async () => {
+    const db = await (await emptyDatabase(kind)).open()
+    await migrate(db, MIGRATIONS.filter((m) => m.version < 4))
+    const tenantId = crypto.randomUUID()
+    await db.query('INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)', [tenantId, 'before', 1])
+    const session = async (id: string, o: { createHash?: string; updatedAt?: number; runState?: string; openTurn?: number } = {}) => {
+      const key = crypto.randomUUID()
+      await db.query(
+        "INSERT INTO sessions (key, tenant_id, id, model, create_hash, created_at, updated_at, run_state, open_turn) VALUES ($1, $2, $3, 'p/m1', $4, 1, $5, $6, $7)",
+        [key, tenantId, id, o.createHash ?? 'h', o.updatedAt ?? 1, o.runState ?? 'idle', o.openTurn ?? null],
+      )
+      return key
+    }
+    const events = async (key: string, list: Array<[number, string, unknown]>) => {
+      for (const [i, [time, type, data]] of list.entries()) {
+        await db.query('INSERT INTO session_events (session_key, seq, time, type, body) VALUES ($1, $2, $3, $4, $5)', [key, i, time, type, JSON.stringify({ seq: i, time, type, data })])
+      }
+    }
+    const may31 = Date.UTC(2030, 4, 31, 23, 59, 59, 999)
+    const jun1 = Date.UTC(2030, 5, 1)
+    const usageChunk = (inputTokens: number, outputTokens: number) => ({ type: 'chunk', time: may31, chunk: { type: 'usage', usage: { inputTokens, outputTokens } } })
+    const own: Array<[number, string, unknown]> = [
+      [may31, 'request/header', { header: { config: { provider: 'p', model: 'm1' } }, reason: 'initial' }],
+      // a failed attempt: its usage is the last usage chunk, its model the header's
+      [may31, 'assistant/attempt', { turn: 1, step: 1, stream: [usageChunk(4, 1), usageChunk(5, 2)] }],
+      [jun1, 'assistant/message', { turn: 1, step: 1, message: { source: { kind: 'model', provider: 'p', model: 'm1' } }, stream: [], usage: { inputTokens: 10, outputTokens: 3, cacheReadTokens: 2, costUsd: 0.25 } }],
+    ]
+    const s1 = await session('plain')
+    await events(s1, [...own, [jun1, 'compaction/summary', { compactionId: 'c', provider: 'p', model: 'm2', usage: { inputTokens: 7, outputTokens: 1 } }], [jun1, 'assistant/attempt', { turn: 2, step: 1, stream: [] }]])
+    // a fork: the source's events copied up to its first session/end-seed, then its own
+    const forkHash = crypto.createHash('sha256').update('fork:ses_child').digest('hex')
+    const s3 = await session('ses_child', { createHash: forkHash })
+    await events(s3, [...own, [jun1, 'session/end-seed', {}], [jun1, 'assistant/message', { turn: 2, step: 1, message: { source: { kind: 'model', provider: 'p', model: 'm1' } }, stream: [], usage: { inputTokens: 1, outputTokens: 1 } }]])
+    const running = await session('mid-turn', { runState: 'running', openTurn: 3, updatedAt: 5 })
+    const wanted = await session('woken', { runState: 'wanted', updatedAt: 9 })
+
+    expect(await migrate(db)).toEqual(MIGRATIONS.filter((m) => m.version >= 4).map((m) => m.version))
+    const ledger = await db.query(
+      "SELECT session_id, to_char(day, 'YYYY-MM-DD') AS day, model, input_tokens, output_tokens, cache_read_tokens, cost_usd, attempts FROM usage_ledger WHERE tenant_id = $1 ORDER BY session_id, day, model",
+      [tenantId],
+    )
+    expect(ledger.rows).toEqual([
+      { session_id: 'plain', day: '2030-05-31', model: 'p/m1', input_tokens: 5, output_tokens: 2, cache_read_tokens: 0, cost_usd: 0, attempts: 1 },
+      { session_id: 'plain', day: '2030-06-01', model: 'p/m1', input_tokens: 10, output_tokens: 3, cache_read_tokens: 2, cost_usd: 0.25, attempts: 2 },
+      { session_id: 'plain', day: '2030-06-01', model: 'p/m2', input_tokens: 7, output_tokens: 1, cache_read_tokens: 0, cost_usd: 0, attempts: 1 },
+      { session_id: 'ses_child', day: '2030-06-01', model: 'p/m1', input_tokens: 1, output_tokens: 1, cache_read_tokens: 0, cost_usd: 0, attempts: 1 },
+    ])
+    const totals = await db.query('SELECT period, tokens, cost_usd FROM usage_totals WHERE tenant_id = $1 ORDER BY period', [tenantId])
+    expect(totals.rows).toEqual([
+      { period: '2030-05', tokens: 7, cost_usd: 0 },
+      { period: '2030-05-31', tokens: 7, cost_usd: 0 },
+      { period: '2030-06', tokens: 25, cost_usd: 0.25 },
+      { period: '2030-06-01', tokens: 25, cost_usd: 0.25 },
+    ])
+    expect((await db.query('SELECT session_key FROM running_slots')).rows).toEqual([{ session_key: running }])
+    const order = await db.query<{ key: string; wake_seq: number | null }>('SELECT key, wake_seq FROM sessions ORDER BY wake_seq NULLS LAST, key')
+    expect(order.rows.slice(0, 2).map((r) => r.key)).toEqual([running, wanted])
+    expect(order.rows.slice(2).map((r) => r.wake_seq)).toEqual([null, null])
+    // the sequence goes on after the carried-over places
+    const next = await db.query<{ n: number }>("SELECT nextval('session_wake_seq') AS n")
+    expect(next.rows[0].n).toBeGreaterThan(order.rows[1].wake_seq!)
+  })
+})

@@ -1,4 +1,4 @@
-// AgentdClient: one method per route of API.md §3–§7, plus the stream, the transcript view and run.
+// AgentdClient: one method per route of API.md §3–§7 and §15, plus the stream, the transcript view and run.
 // Sends (followup, steer, inject) always carry an idempotency key, so their retries can never store a
 // message twice (API.md §5).
 
@@ -15,14 +15,17 @@ import type {
   Inbox,
   InputContent,
   KeyCreated,
+  LimitsInput,
   Message,
   PendingCall,
   Session,
   SessionEvent,
   SessionPage,
   TenantCreated,
+  TenantWithLimits,
   ToolResultInput,
   UpdateSessionInput,
+  UsageReport,
 } from './types.js'
 import { watchSession, type Watch, type WatchOptions } from './watch.js'
 
@@ -152,6 +155,13 @@ export class AgentdClient {
     await this.call('POST', `${sid(sessionId)}/approvals/${encodeURIComponent(callId)}`, 'once', { body: decision, signal: o.signal })
   }
 
+  // ---- usage (API.md §15) ----
+
+  /** The tenant's usage over UTC days `from`..`to` (YYYY-MM-DD; default the current month), by day, model or session, and its limits. */
+  usage(o: CallOpts & { from?: string; to?: string; groupBy?: 'day' | 'model' | 'session' } = {}): Promise<UsageReport> {
+    return this.call('GET', '/v1/usage', 'safe', { query: { from: o.from, to: o.to, groupBy: o.groupBy }, signal: o.signal })
+  }
+
   // ---- reading (API.md §6) ----
 
   /** One page of durable events with seq > after. */
@@ -252,5 +262,18 @@ export class AdminApi {
 
   async deleteKey(keyId: string, o: CallOpts = {}): Promise<void> {
     await this.t.call({ method: 'DELETE', path: `/v1/admin/keys/${encodeURIComponent(keyId)}`, auth: 'admin', repeat: 'once', signal: o.signal })
+  }
+
+  /** A tenant and its limits (API.md §15). */
+  async tenant(tenantId: string, o: CallOpts = {}): Promise<TenantWithLimits> {
+    const r = await this.t.call<{ tenant: TenantWithLimits }>({ method: 'GET', path: `/v1/admin/tenants/${encodeURIComponent(tenantId)}`, auth: 'admin', repeat: 'safe', signal: o.signal })
+    return r.tenant
+  }
+
+  /** Sets the given limits; `null` removes one, an absent one stays (API.md §15). Answers the tenant as it is now. */
+  async setLimits(tenantId: string, limits: LimitsInput, o: CallOpts = {}): Promise<TenantWithLimits> {
+    // setting the same values twice is the same as once: safe to repeat
+    const r = await this.t.call<{ tenant: TenantWithLimits }>({ method: 'PATCH', path: `/v1/admin/tenants/${encodeURIComponent(tenantId)}`, body: { limits }, auth: 'admin', repeat: 'safe', signal: o.signal })
+    return r.tenant
   }
 }

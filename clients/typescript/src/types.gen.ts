@@ -156,6 +156,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenantId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A tenant and its limits */
+        get: operations["getTenant"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /** Set or remove a tenant's limits */
+        patch: operations["updateTenant"];
+        trace?: never;
+    };
     "/v1/admin/tenants/{tenantId}/keys": {
         parameters: {
             query?: never;
@@ -465,6 +483,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's usage by day, model or session, and its limits */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -562,6 +597,24 @@ export interface components {
             reason: components["schemas"]["TurnEndReason"];
             turn: number;
         };
+        /** @description an absent limit is no limit */
+        Limits: {
+            /** @description USD per UTC month */
+            costUsdPerMonth?: number;
+            /** @description at most this many of the tenant's sessions run a turn at once, across all processes */
+            maxRunningSessions?: number;
+            /** @description requests per minute for all of the tenant's keys (replaces AGENTD_RATE_LIMIT_PER_MIN) */
+            requestsPerMin?: number;
+            /** @description input + output + cache tokens per UTC day */
+            tokensPerDay?: number;
+        };
+        /** @description limits to set; null removes one, an absent one stays as it is */
+        LimitsPatch: {
+            costUsdPerMonth?: number | null;
+            maxRunningSessions?: number | null;
+            requestsPerMin?: number | null;
+            tokensPerDay?: number | null;
+        };
         /** @description why a model call failed */
         LlmFailure: {
             /** @description a model error code: CONTEXT_WINDOW_EXCEEDED, RATE_LIMIT, AUTH, SERVER, TIMEOUT, TRANSPORT, EMPTY_RESPONSE, QUOTA, ABORTED, INVALID_REQUEST, NO_ADAPTER, UNKNOWN, or an adapter's own */
@@ -586,6 +639,9 @@ export interface components {
                 [key: string]: unknown;
             };
             title?: string | null;
+        };
+        PatchTenantBody: {
+            limits: components["schemas"]["LimitsPatch"];
         };
         PendingAnswer: {
             toolCalls: components["schemas"]["PendingToolCall"][];
@@ -637,6 +693,14 @@ export interface components {
         TenantBody: {
             name: string;
         };
+        TenantLimitsAnswer: {
+            tenant: components["schemas"]["TenantWithLimits"];
+        };
+        TenantWithLimits: {
+            id: string;
+            limits: components["schemas"]["Limits"];
+            name: string;
+        };
         TextBlock: {
             text: string;
             /** @constant */
@@ -680,6 +744,25 @@ export interface components {
             costUsd: number;
             inputTokens: number;
             outputTokens: number;
+        };
+        UsageAnswer: {
+            limits: components["schemas"]["Limits"];
+            usage: components["schemas"]["UsageRow"][];
+        };
+        UsageRow: {
+            /** @description settled model attempts */
+            attempts: number;
+            cacheReadTokens: number;
+            cacheWriteTokens: number;
+            costUsd: number;
+            /** @description YYYY-MM-DD (groupBy=day) */
+            day?: string;
+            inputTokens: number;
+            /** @description provider/modelId (groupBy=model) */
+            model?: string;
+            outputTokens: number;
+            /** @description groupBy=session */
+            sessionId?: string;
         };
         UserMessage: {
             content: {
@@ -919,6 +1002,108 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TenantAnswer"];
+                };
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 404 */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    getTenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenantId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTTP 200 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantLimitsAnswer"];
+                };
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 404 */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    updateTenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenantId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PatchTenantBody"];
+            };
+        };
+        responses: {
+            /** @description HTTP 200 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantLimitsAnswer"];
                 };
             };
             /** @description HTTP 400 */
@@ -2132,6 +2317,48 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                from?: string;
+                groupBy?: "day" | "model" | "session";
+                to?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTTP 200 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageAnswer"];
+                };
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
             };
         };
     };

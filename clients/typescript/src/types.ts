@@ -41,6 +41,14 @@ export type ApprovalInput = JsonBody<'/v1/sessions/{id}/approvals/{callId}', 'po
 export type EventsPage = Omit<Json200<'/v1/sessions/{id}/events', 'get', 200>, 'events'> & { events: SessionEvent[] }
 export type TenantCreated = Json200<'/v1/admin/tenants', 'post', 201>
 export type KeyCreated = Json200<'/v1/admin/tenants/{tenantId}/keys', 'post', 201>
+/** A tenant with its limits (API.md §15). */
+export type TenantWithLimits = Json200<'/v1/admin/tenants/{tenantId}', 'get', 200>['tenant']
+export type TenantLimits = TenantWithLimits['limits']
+/** `PATCH /v1/admin/tenants/:id` limits: a number sets one, `null` removes it. */
+export type LimitsInput = JsonBody<'/v1/admin/tenants/{tenantId}', 'patch'>['limits']
+/** `GET /v1/usage` (API.md §15). */
+export type UsageReport = Json200<'/v1/usage', 'get', 200>
+export type UsageRow = UsageReport['usage'][number]
 /** API.md §10. */
 export type ErrorBody = Json200<'/v1/sessions/{id}', 'get', 404>
 
@@ -48,7 +56,7 @@ export type ErrorBody = Json200<'/v1/sessions/{id}', 'get', 404>
 type Resolved<T> = [T] extends [never] ? false : true
 type AllResolved<T extends unknown[]> = { [K in keyof T]: Resolved<T[K]> }[number] extends true ? true : false
 type Must<T extends true> = T
-type _WireAliasesResolve = Must<AllResolved<[Session, LastTurn, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, ErrorBody]>>
+type _WireAliasesResolve = Must<AllResolved<[Session, LastTurn, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, TenantWithLimits, LimitsInput, UsageReport, ErrorBody]>>
 // the document's TurnEndReason and the one written below from the contract are the same type
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
 type _LastTurnReason = Must<Same<LastTurn['reason'], TurnEndReason>>

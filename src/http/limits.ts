@@ -1,0 +1,29 @@
+// Admin routes of tenant limits (API.md §15): read a tenant with its limits, and set or remove them.
+
+import type { FastifyInstance } from 'fastify'
+import { ApiError } from '../errors.js'
+import type { Limits } from '../tenancy/index.js'
+import type { HttpDeps } from './deps.js'
+import * as S from './schemas.js'
+
+const err = { 400: S.ErrorBody, 401: S.ErrorBody, 404: S.ErrorBody }
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+const notFound = (id: string) => new ApiError('not-found', `tenant ${id} not found`)
+
+export async function limitRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
+  const admin = { auth: 'admin' } as const
+  app.get('/admin/tenants/:tenantId', { config: admin, schema: { operationId: 'getTenant', summary: 'A tenant and its limits', params: S.TenantParams, response: { 200: S.TenantLimitsAnswer, ...err } } }, async (req) => {
+    const { tenantId } = req.params as { tenantId: string }
+    const tenant = UUID.test(tenantId) ? await deps.tenancy.tenant(tenantId) : undefined
+    if (!tenant) throw notFound(tenantId)
+    return { tenant }
+  })
+
+  app.patch('/admin/tenants/:tenantId', { config: admin, schema: { operationId: 'updateTenant', summary: "Set or remove a tenant's limits", params: S.TenantParams, body: S.PatchTenantBody, response: { 200: S.TenantLimitsAnswer, ...err } } }, async (req) => {
+    const { tenantId } = req.params as { tenantId: string }
+    const { limits } = req.body as { limits: { [K in keyof Limits]?: number | null } }
+    const tenant = UUID.test(tenantId) ? await deps.tenancy.setLimits(tenantId, limits) : undefined
+    if (!tenant) throw notFound(tenantId)
+    return { tenant }
+  })
+}
