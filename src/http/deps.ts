@@ -61,5 +61,7 @@ declare module 'fastify' {
   interface FastifyRequest {
     principal?: Principal
     session?: SessionRow
+    /** the session the auth hook read with the key (null: the tenant has none by that id) */
+    preloadedSession?: SessionRow | null
   }
 }
