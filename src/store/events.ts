@@ -5,6 +5,7 @@ import type { Draft, SessionEvent } from '../session/index.js'
 import type { Queryable } from './db.js'
 import { rowSets, updateRow, type RowPatch, type RunState } from './sessions.js'
 import { sideCtes, sideGuards, writeSideRows, type SideRow } from './side.js'
+import { groupCommitter, isDb, type GroupUnit, type UnitOutcome } from './group.js'
 
 /** What an append needs of the locked row; writeEvents moves it forward. */
 export interface LogPosition {
@@ -84,6 +85,16 @@ export async function appendConditional(
 ): Promise<{ events: StoredEvent[]; runState: RunState; cancelPending: boolean; wakeLatched: boolean } | null> {
   const out = events.map((e) => stored(e))
   if (!out.length || out[0].seq !== expect.nextSeq) throw new Error('appendConditional needs events that continue the expected seq')
+  // without side rows and outside a transaction, the unit may be group-committed with other sessions' (group.ts)
+  const r = !side.length && isDb(db) ? await groupCommitter(db, (u) => conditionalOne(db, u, [])).append({ key, expect, events: out, patch }) : await conditionalOne(db, { key, expect, events: out, patch }, side)
+  if (!r) return null
+  if (r.n !== out.length) throw new Error(`appendConditional inserted ${r.n} of ${out.length} events`)
+  return { events: out, runState: r.runState, cancelPending: r.cancelPending, wakeLatched: r.wakeLatched }
+}
+
+/** One unit's conditional append, alone in its statement. */
+async function conditionalOne(db: Queryable, u: GroupUnit, side: readonly SideRow[]): Promise<UnitOutcome> {
+  const { key, expect, events: out, patch } = u
   const last = out[out.length - 1]
   const params: unknown[] = [key, expect.nextSeq]
   let where = 'key = $1 AND next_seq = $2'
@@ -116,9 +127,7 @@ export async function appendConditional(
     params,
   )
   const r = rows[0]
-  if (!r) return null
-  if (r.n !== out.length) throw new Error(`appendConditional inserted ${r.n} of ${out.length} events`)
-  return { events: out, runState: r.run_state, cancelPending: r.cancel_pending, wakeLatched: r.wake_latched }
+  return r ? { runState: r.run_state, cancelPending: r.cancel_pending, wakeLatched: r.wake_latched, n: r.n } : null
 }
 
 /** Raw wire texts of events with seq in (after, upTo], ascending, at most limit. */
