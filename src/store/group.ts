@@ -5,22 +5,30 @@
 // as alone, and each caller learns its own outcome when the statement has committed, so every unit
 // is durable before its caller goes on (SPEC's durability points are unchanged).
 //
-// What is never grouped: units with side rows (their statements may touch shared rows such as a
-// tenant's usage totals, which one statement may not update twice), two units of one session (one
-// statement may not move one row twice), a session already in a group in flight (so concurrent groups
-// never lock the same rows and cannot deadlock each other), and anything inside a transaction.
+// Settlements (the usage side row, API.md §15) are grouped too: each unit's ledger rows are its own
+// CTE (per session, so never touched twice), and the period totals of the whole group are ONE upsert
+// of the sums over the units whose rows moved — a tenant's totals row is locked once per group, not
+// once per unit, so sessions of one tenant no longer queue on it commit by commit. The totals CTE
+// comes last and no other part reads it, so PostgreSQL locks the session rows before the totals rows.
+// What is never grouped: units with other side rows, two units of one session (one statement may
+// not move one row twice), a session already in a group in flight (concurrent groups never lock the
+// same session rows), and anything inside a transaction.
 // A group that fails as a whole for another reason than the database being unreachable is retried
 // unit by unit, so a unit's error is its own.
 
 import { DbUnavailableError, type Db, type QueryResult } from './db.js'
 import { rowSets, type RowPatch, type RunState } from './sessions.js'
 import type { StoredEvent } from './events.js'
+import { ledgerSql, TOTALS_ADD, usagePeriods } from './usage.js'
+import type { LedgerEntry } from '../session/index.js'
 
 export interface GroupUnit {
   key: string
   expect: { nextSeq: number; lease?: { owner: string; token: number }; flags?: { runState?: RunState; cancelPending?: boolean; wakeLatched?: boolean } }
   events: readonly StoredEvent[]
   patch: RowPatch
+  /** the unit's settlements (its usage side row), if any */
+  usage?: readonly LedgerEntry[]
 }
 
 export type UnitOutcome = { runState: RunState; cancelPending: boolean; wakeLatched: boolean; n: number } | null
@@ -32,8 +40,11 @@ const MAX_GROUP = 64
 
 const COLUMN = { runState: 'run_state', cancelPending: 'cancel_pending', wakeLatched: 'wake_latched' } as const
 
-/** One unit's CTEs (u<i>m: the row move, u<i>e: the events) and its row of the result, numbered into `params`. */
-function unitSql(i: number, u: GroupUnit, params: unknown[]): { ctes: string; select: string } {
+/**
+ * One unit's CTEs (u<i>m: the row move, u<i>e: the events, u<i>l: its ledger rows), its rows of the
+ * group's period totals and its row of the result, numbered into `params`.
+ */
+function unitSql(i: number, u: GroupUnit, params: unknown[]): { ctes: string; select: string; totals?: string } {
   params.push(u.key, u.expect.nextSeq)
   const k = `$${params.length - 1}`
   let where = `key = ${k} AND next_seq = $${params.length}`
@@ -50,13 +61,33 @@ function unitSql(i: number, u: GroupUnit, params: unknown[]): { ctes: string; se
   const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, u.patch, params)
   params.push(u.events.map((e) => e.seq), u.events.map((e) => e.time), u.events.map((e) => e.type), u.events.map((e) => e.json))
   const n = params.length
-  return {
-    ctes: `u${i}m AS (UPDATE sessions SET ${sets.join(', ')} WHERE ${where} RETURNING run_state, cancel_pending, wake_latched),
+  let ctes = `u${i}m AS (UPDATE sessions SET ${sets.join(', ')} WHERE ${where} RETURNING run_state, cancel_pending, wake_latched),
      u${i}e AS (INSERT INTO session_events (session_key, seq, time, type, body)
        SELECT ${k}, e.seq, e.time, e.type, e.body FROM unnest($${n - 3}::int[], $${n - 2}::bigint[], $${n - 1}::text[], $${n}::text[]) AS e(seq, time, type, body)
-       WHERE EXISTS (SELECT 1 FROM u${i}m) RETURNING 1)`,
-    select: `SELECT ${i} AS u, m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM u${i}e) AS n FROM u${i}m m`,
+       WHERE EXISTS (SELECT 1 FROM u${i}m) RETURNING 1)`
+  let totals: string | undefined
+  if (u.usage?.length) {
+    const moved = `EXISTS (SELECT 1 FROM u${i}m)`
+    // the ledger statement of usage.ts, on this unit's key; its totals statement is replaced by the group's
+    ctes += `,
+     u${i}l AS (${ledgerSql(u.usage, params, moved, k)})`
+    const list = usagePeriods(u.usage)
+    params.push(list.map(([p]) => p), list.map(([, p]) => p.tokens), list.map(([, p]) => p.costUsd))
+    const m = params.length
+    totals = `SELECT ${k}::uuid AS key, p.period, p.tokens, p.cost FROM unnest($${m - 2}::text[], $${m - 1}::bigint[], $${m}::float8[]) AS p(period, tokens, cost) WHERE ${moved}`
   }
+  return { ctes, totals, select: `SELECT ${i} AS u, m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM u${i}e) AS n FROM u${i}m m` }
+}
+
+/** The group's period totals: one upsert of the sums, per tenant and period, over the units that moved. */
+function totalsCte(parts: ReadonlyArray<{ totals?: string }>): string {
+  const rows = parts.flatMap((p) => (p.totals ? [p.totals] : []))
+  if (!rows.length) return ''
+  return `,
+     totals AS (INSERT INTO usage_totals (tenant_id, period, tokens, cost_usd)
+       SELECT s.tenant_id, t.period, sum(t.tokens), sum(t.cost) FROM (${rows.join(' UNION ALL ')}) AS t JOIN sessions s ON s.key = t.key
+       GROUP BY s.tenant_id, t.period
+       ON CONFLICT (tenant_id, period) DO UPDATE SET ${TOTALS_ADD})`
 }
 
 interface Waiting {
@@ -122,7 +153,7 @@ class GroupCommitter {
     const parts = group.map((w, i) => unitSql(i, w.unit, params))
     let result: QueryResult<{ u: number; run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number }>
     try {
-      result = await this.db.query(`WITH ${parts.map((p) => p.ctes).join(',\n     ')}\n     ${parts.map((p) => p.select).join('\n     UNION ALL ')}`, params)
+      result = await this.db.query(`WITH ${parts.map((p) => p.ctes).join(',\n     ')}${totalsCte(parts)}\n     ${parts.map((p) => p.select).join('\n     UNION ALL ')}`, params)
     } catch (e) {
       if (e instanceof DbUnavailableError) {
         for (const w of group) w.reject(e)

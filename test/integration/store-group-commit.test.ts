@@ -6,7 +6,7 @@
 import crypto from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import type { Draft } from '../../src/session/index.js'
-import { appendConditional, insertSession, lockLean, NOW_MS, readEvents, stamp, type Db } from '../../src/store/index.js'
+import { appendConditional, budgetState, insertSession, lockLean, NOW_MS, readEvents, stamp, type Db, type SideRow } from '../../src/store/index.js'
 import { DB_KINDS, tenantDb } from '../helpers/db.js'
 
 const note = (text: string): Draft => ({ type: 'test/note', data: { text } })
@@ -102,5 +102,29 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
       expect(out[i].status).toBe('fulfilled')
       expect(await texts(k)).toEqual([[0, `unit ${i}`]])
     }
+  })
+
+  it("settlements of one tenant's sessions group too: each session's ledger rows, and the period totals summed once over the units that moved", async () => {
+    const keys = await Promise.all(Array.from({ length: 10 }, () => newSession()))
+    const day = '2031-05-06'
+    const usage = (i: number): SideRow => ({ kind: 'usage', entries: [{ day, model: 'test/m', usage: { inputTokens: 10 + i, outputTokens: 1, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0.5 }, attempts: 1 }] })
+    const settle = (db: Db, key: string, nextSeq: number, i: number) => appendConditional(db, key, { nextSeq }, stamp({ nextSeq, lastTime: 0 }, [note(`settle ${i}`)], 1_700_000_000_001), {}, [usage(i)])
+    const c = counting(env.db)
+    // unit 4 is stale: it moves nothing and adds nothing to the ledger or the totals
+    const out = await Promise.all(keys.map((k, i) => settle(c.db, k, i === 4 ? 9 : 0, i)))
+    expect(c.statements()).toBeLessThan(keys.length / 2)
+    expect(out.map((r) => r !== null)).toEqual(keys.map((_, i) => i !== 4))
+    const { rows } = await env.db.query<{ session_key: string; input_tokens: number; attempts: number }>('SELECT session_key, input_tokens, attempts FROM usage_ledger WHERE tenant_id = $1 AND day = $2::date', [env.tenantId, day])
+    const byKey = new Map(rows.map((r) => [r.session_key, r]))
+    for (const [i, k] of keys.entries()) {
+      if (i === 4) expect(byKey.has(k)).toBe(false)
+      else expect(byKey.get(k)).toMatchObject({ input_tokens: 10 + i, attempts: 1 })
+    }
+    const tokens = keys.reduce((a, _, i) => (i === 4 ? a : a + 11 + i), 0)
+    const s = await budgetState(env.db, env.tenantId, day, day.slice(0, 7))
+    expect(s).toMatchObject({ dayTokens: tokens, monthCostUsd: 0.5 * 9 })
+    // a second round adds to the same rows
+    await Promise.all(keys.map((k, i) => (i === 4 ? Promise.resolve() : settle(env.db, k, 1, i))))
+    expect((await budgetState(env.db, env.tenantId, day, day.slice(0, 7)))!.dayTokens).toBe(2 * tokens)
   })
 })
