@@ -129,11 +129,14 @@ export interface DbCounters {
 // memoized per SQL text: the counting wrapper runs in the server's process and must not add to its CPU
 const keyCache = new Map<string, { tx: string; auto: string; writes: boolean }>()
 function sqlInfo(sql: string): { tx: string; auto: string; writes: boolean } {
-  let k = keyCache.get(sql)
+  // long texts (a group commit's) are unique: look them up by their head, and test for writes cheaply
+  const long = sql.length > 2000
+  const id = long ? `${sql.slice(0, 200)}\u0000long` : sql
+  let k = keyCache.get(id)
   if (!k) {
-    const head = sql.replace(/\s+/g, ' ').trim().slice(0, 70)
-    k = { tx: `tx: ${head}`, auto: `auto: ${head}`, writes: /\b(INSERT|UPDATE|DELETE)\b/i.test(sql) }
-    if (keyCache.size < 10_000) keyCache.set(sql, k)
+    const head = sql.slice(0, 200).replace(/\s+/g, ' ').trim().slice(0, 70)
+    k = { tx: `tx: ${head}`, auto: `auto: ${head}`, writes: /\b(INSERT|UPDATE|DELETE)\b/i.test(long ? sql.slice(0, 2000) : sql) }
+    if (keyCache.size < 10_000) keyCache.set(id, k)
   }
   return k
 }
