@@ -18,14 +18,14 @@
 
 import { DbUnavailableError, type Db, type QueryResult } from './db.js'
 import { rowSets, type RowPatch, type RunState } from './sessions.js'
-import type { StoredEvent } from './events.js'
 import { ledgerSql, TOTALS_ADD, usagePeriods } from './usage.js'
 import type { LedgerEntry } from '../session/index.js'
 
 export interface GroupUnit {
   key: string
   expect: { nextSeq: number; lease?: { owner: string; token: number }; flags?: { runState?: RunState; cancelPending?: boolean; wakeLatched?: boolean } }
-  events: readonly StoredEvent[]
+  /** stamped events with their wire text (events.ts StoredEvent) */
+  events: ReadonlyArray<{ seq: number; time: number; type: string; json: string }>
   patch: RowPatch
   /** the unit's settlements (its usage side row), if any */
   usage?: readonly LedgerEntry[]
