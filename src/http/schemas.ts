@@ -180,6 +180,13 @@ export const UsageRow = Type.Object({
 })
 export const UsageAnswer = Type.Object({ usage: Type.Array(UsageRow), limits: Limits })
 
+// API.md §13: tenant secrets
+export const SecretName = Type.String({ pattern: '^[A-Z0-9_]{1,64}$', description: 'upper-case letters, digits and _' })
+export const SecretParams = Type.Object({ name: SecretName })
+export const PutSecretBody = Type.Object({ value: Type.String({ maxLength: 16384, description: 'at most 16 KiB; stored encrypted, never shown again' }) }, { additionalProperties: false })
+export const SecretInfo = Type.Object({ name: Type.String(), createdAt: Type.String({ format: 'date-time' }), updatedAt: Type.String({ format: 'date-time' }) })
+export const SecretList = Type.Object({ secrets: Type.Array(SecretInfo) })
+
 export const ErrorCode = Type.Union(ERROR_CODES.map((c) => Type.Literal(c)), { description: 'API.md §10' })
 export const ErrorDetail = Type.Object({ path: Type.String(), message: Type.String() })
 export const ErrorBody = Type.Object({
@@ -239,6 +246,9 @@ export const COMPONENTS: Record<string, TSchema> = {
   TenantLimitsAnswer,
   UsageRow,
   UsageAnswer,
+  PutSecretBody,
+  SecretInfo,
+  SecretList,
   ErrorCode,
   ErrorDetail,
   ErrorBody,
