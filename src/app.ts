@@ -62,6 +62,8 @@ export interface StartOptions {
   plugins?: Array<(root: Context) => void>
   /** the clock of tenant budget periods (tests move it across a UTC day or month) */
   clock?: Clock
+  /** MCP tools/call timeout (tests; default 30 s) */
+  mcpCallTimeoutMs?: number
 }
 
 export async function startApp(config: Config, o: StartOptions = {}): Promise<App> {
@@ -126,6 +128,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       maxParallelToolCalls: () => config.maxParallelToolCalls,
       attempts,
       tenancy,
+      secrets,
+      ...(o.mcpCallTimeoutMs ? { mcpCallTimeoutMs: o.mcpCallTimeoutMs } : {}),
     }
     const host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
     // an api process drives nothing on its own; it only takes a session briefly for maintenance
