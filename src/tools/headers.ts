@@ -19,9 +19,13 @@ export function secretNames(headers: Readonly<Record<string, string>> | undefine
   return out
 }
 
+/** Headers the transport owns: a tool definition may not set them */
+const RESERVED = new Set(['host', 'content-length', 'content-type', 'transfer-encoding', 'connection', 'upgrade', 'te', 'trailer', 'keep-alive', 'mcp-session-id', 'mcp-protocol-version', 'last-event-id'])
+
 /** Why a header set may not be used (a bad name, a value that is neither a literal nor a secret reference), or null. */
 export function headerProblem(name: string, value: unknown): string | null {
   if (!HEADER_NAME.test(name)) return `${JSON.stringify(name)} is not a header name`
+  if (RESERVED.has(name.toLowerCase())) return `header ${name} is set by the server itself`
   if (typeof value !== 'string') return `header ${name} must be a string`
   if (value.startsWith('secret:') && !SECRET_REF.test(value)) return `header ${name}: a secret reference is secret:NAME with NAME matching ^[A-Z0-9_]{1,64}$`
   if (/[\r\n\0]/.test(value)) return `header ${name} may not contain CR, LF or NUL`

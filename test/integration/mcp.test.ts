@@ -277,6 +277,11 @@ describe.each(DB_KINDS)('API.md §12 MCP tool servers on %s', (kind) => {
       const evs = await t.waitForTurnEnd(s.id, 2)
       expect(toolNames(headers(evs).at(-1))).toEqual(['math__add'])
       expect(d(headers(evs).at(-1)).reason).toBe('change')
+      // a fork takes the source's servers as they are now
+      const f = await t.api('POST', `/v1/sessions/${s.id}/fork`, {})
+      expect(f.status).toBe(201)
+      const row = await t.testDb.db.query<{ mcp_servers: string }>('SELECT mcp_servers FROM sessions WHERE id = $1', [f.body.id])
+      expect(JSON.parse(row.rows[0].mcp_servers)).toEqual([{ name: 'math', url: m.url }])
     })
   })
 

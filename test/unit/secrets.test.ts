@@ -1,7 +1,9 @@
 // Tenant secrets' sealing (API.md §13): AES-256-GCM with a fresh nonce per value, bound to its tenant and
 // name; the key's parsing; header values and their secret references; scrubbing of echoed values.
 
+import pino from 'pino'
 import { describe, expect, it } from 'vitest'
+import { LOG_REDACT } from '../../src/app.js'
 import { parseSecretKey } from '../../src/config.js'
 import { open, seal } from '../../src/tenancy/secrets.js'
 import { headerProblem, resolveHeaders, scrub, secretNames } from '../../src/tools/headers.js'
@@ -43,6 +45,8 @@ describe('header values', () => {
     expect(headerProblem('bad header', 'v')).toMatch(/not a header name/)
     expect(headerProblem('x-a', 5)).toMatch(/must be a string/)
     expect(headerProblem('x-a', 'a\r\nb')).toMatch(/CR, LF/)
+    expect(headerProblem('Content-Length', '5')).toMatch(/set by the server/)
+    expect(headerProblem('mcp-session-id', 'x')).toMatch(/set by the server/)
     expect(secretNames({ a: 'secret:A', b: 'b', c: 'secret:C' })).toEqual(['A', 'C'])
   })
 
@@ -51,5 +55,16 @@ describe('header values', () => {
     expect(await resolveHeaders({ authorization: 'secret:A', x: 'y' }, resolver)).toEqual({ headers: { authorization: 'value-a', x: 'y' }, secrets: ['value-a'] })
     await expect(resolveHeaders({ a: 'secret:A', b: 'secret:B', c: 'secret:C' }, resolver)).rejects.toThrow('secrets B, C are not set for this tenant')
     expect(scrub('server said value-a twice: value-a', ['value-a'])).toBe('server said [secret] twice: [secret]')
+  })
+})
+
+describe('log redaction, the second fence', () => {
+  it('censors header sets and value fields wherever they appear', () => {
+    const lines: string[] = []
+    const log = pino({ level: 'info', redact: LOG_REDACT }, { write: (l: string) => void lines.push(l) })
+    log.info({ headers: { authorization: 'Bearer leaked-1' }, server: { headers: { 'x-key': 'leaked-2' } }, value: 'leaked-3', secret: { value: 'leaked-4' } }, 'a careless line')
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).not.toMatch(/leaked/)
+    expect(lines[0]).toContain('[redacted]')
   })
 })
