@@ -11,7 +11,7 @@ import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontex
 import { ErrorCode, McpError, ToolListChangedNotificationSchema, type Tool } from '@modelcontextprotocol/sdk/types.js'
 import { Agent, fetch as undiciFetch } from 'undici'
 import { assertLosslessJson, errorChain, type ContentBlock, type JsonObject } from '../session/index.js'
-import { MissingSecretError, resolveHeaders, scrub, type SecretResolver } from './headers.js'
+import { MissingSecretError, resolveHeaders, scrub, secretNames, type SecretResolver } from './headers.js'
 import { checkToolUrl, defaultResolver, guardedLookup, RefusedAddress, type HostPolicy, type Resolver } from './hosts.js'
 import type { ToolOutcome, ToolSpec } from './pipeline.js'
 
@@ -70,6 +70,8 @@ class Link {
   down = false
   /** the secret values its headers carry: scrubbed from every error text */
   secrets: string[] = []
+  /** a digest of the headers the connection was opened with */
+  private opened = ''
 
   constructor(public spec: McpServerSpec, private readonly o: McpOptions) {}
 
@@ -96,6 +98,7 @@ class Link {
     if (why) throw new Unavailable(`address refused: ${why}`)
     const { headers, secrets } = await resolveHeaders(this.spec.headers, this.o.secrets)
     this.secrets = secrets
+    const opened = digest(headers)
     const u = new URL(url)
     const hostname = u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname
     const port = u.port ? Number(u.port) : u.protocol === 'https:' ? 443 : 80
@@ -127,7 +130,24 @@ class Link {
     }
     this.client = client
     this.agent = agent
+    this.opened = opened
     return client
+  }
+
+  /**
+   * Before a step lists tools: the header set's secrets as they are now. A replaced secret reconnects
+   * with its new value; a deleted one ends the connection (MissingSecretError).
+   */
+  async checkSecrets(): Promise<void> {
+    if (!this.client || !secretNames(this.spec.headers).length) return
+    let headers: Record<string, string>
+    try {
+      ;({ headers } = await resolveHeaders(this.spec.headers, this.o.secrets))
+    } catch (e) {
+      await this.reset()
+      throw e
+    }
+    if (digest(headers) !== this.opened) await this.reset()
   }
 
   private forget(): void {
@@ -155,6 +175,8 @@ class Link {
     await agent?.destroy().catch(() => {})
   }
 }
+
+const digest = (headers: Record<string, string>) => crypto.createHash('sha256').update(JSON.stringify(Object.entries(headers).sort())).digest('hex')
 
 const isSessionGone = (e: unknown) => e instanceof StreamableHTTPError && e.code === 404
 
@@ -222,6 +244,7 @@ export class McpClients {
   }
 
   private async listed(link: Link, signal: AbortSignal): Promise<Tool[]> {
+    await link.checkSecrets()
     const fresh = link.tools && !link.stale && link.client && Date.now() - link.listedAt < (this.o.cacheMs ?? MCP_CACHE_MS)
     if (fresh) return link.tools!
     const list = async () => {
