@@ -73,6 +73,7 @@ export class Deliverer {
   private ticking = false
   private again = false
   private started = false
+  private failing = false
   private lastGauge = 0
   private gauge = { pending: 0, oldestMs: 0 }
   private lastPrune = 0
@@ -126,8 +127,11 @@ export class Deliverer {
         if (claimed.length === room) this.again = true
       }
       await this.housekeeping()
+      this.failing = false
     } catch (err) {
-      this.d.log.warn({ err }, 'webhook deliverer: claiming failed')
+      // said once per outage, not at every poll
+      if (!this.failing) this.d.log.warn({ err }, 'webhook deliverer: claiming failed; retrying at every poll')
+      this.failing = true
     } finally {
       this.ticking = false
       if (!this.abort.signal.aborted) this.schedule(this.again ? 0 : this.options.pollMs)
@@ -157,12 +161,12 @@ export class Deliverer {
       resolve: this.d.resolve,
       signal: this.abort.signal,
     })
-    // a shutdown's abort is no answer: the claim's lease brings the delivery back
-    if (this.abort.signal.aborted && r.kind === 'error') return
     this.attempts.inc({ outcome: r.kind })
     const now = Date.now()
     const delivered = r.kind === 'ok'
-    const next = delivered ? null : nextAttemptAt(this.options, c.attempts, c.firstAttemptAt ?? startedAt, now)
+    // a shutdown's abort is no answer: the delivery is due again at once, for another process or the next start
+    const shutdown = this.abort.signal.aborted && !delivered
+    const next = delivered ? null : shutdown ? now : nextAttemptAt(this.options, c.attempts, c.firstAttemptAt ?? startedAt, now)
     const recorded = await store.recordAttempt(this.d.db, c.id, c.attempts, { startedAt, durationMs: now - startedAt, status: r.status, error: r.error, delivered, nextAttemptAt: next })
     if (!recorded) return
     if (delivered) this.deliveries.inc({ type: c.type, outcome: 'delivered' })

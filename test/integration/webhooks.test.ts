@@ -13,6 +13,7 @@ import { startReceiver, type Receiver } from '../helpers/receiver.js'
 import { leaveCrashedTurn } from '../helpers/crashed.js'
 import { d } from '../helpers/events.js'
 import { sleep, until } from '../helpers/wait.js'
+import { labelsMatch, parsePromText } from '../helpers/prom-text.js'
 import { appendConditional, stamp, writeEvents, type SideRow } from '../../src/store/index.js'
 
 let t: TestApp | undefined
@@ -38,6 +39,10 @@ describe.each(DB_KINDS)('webhooks on %s', (kind: DbKind) => {
     return r.body as { id: string; secret: string; url: string }
   }
   const deliveries = async (id: string) => (await t!.api('GET', `/v1/webhooks/${id}/deliveries`)).body.deliveries as any[]
+  const metric = async (name: string, labels: Record<string, string> = {}) => {
+    const f = parsePromText(await (await fetch(`${t!.url}/metrics`)).text()).get(name)
+    return f ? f.samples.filter((x) => x.name === name && labelsMatch(x.labels, labels)).reduce((a, x) => a + x.value, 0) : 0
+  }
   const count = async (sql: string, params: unknown[] = []) => (await t!.app.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${sql}`, params)).rows[0].n
 
   it('sends each type once per triggering event with the documented body, signed as Standard Webhooks', async () => {
@@ -128,6 +133,11 @@ describe.each(DB_KINDS)('webhooks on %s', (kind: DbKind) => {
     expect(x).toMatchObject({ id: got[0].headers['webhook-id'], type: 'turn.completed', sessionId: s.id, status: 'delivered', attempts: 3, lastStatus: 200 })
     const attempts = (await t!.app.db.query<{ attempt: number; status: number }>('SELECT attempt, status FROM webhook_attempts WHERE delivery_id = $1 ORDER BY attempt', [x.id])).rows
     expect(attempts).toEqual([{ attempt: 1, status: 500 }, { attempt: 2, status: 500 }, { attempt: 3, status: 200 }])
+    // the metrics count them: attempts by outcome, the delivery by type and outcome, nothing left pending
+    expect(await metric('agentd_webhook_attempts_total', { outcome: 'status' })).toBe(2)
+    expect(await metric('agentd_webhook_attempts_total', { outcome: 'ok' })).toBe(1)
+    expect(await metric('agentd_webhook_deliveries_total', { type: 'turn.completed', outcome: 'delivered' })).toBe(1)
+    await until('the queue gauge reads empty', async () => (await metric('agentd_webhook_queue_depth')) === 0 || undefined, 8000)
   })
 
   it('retries a receiver that never answers by the schedule and ends failed', async () => {
@@ -150,6 +160,54 @@ describe.each(DB_KINDS)('webhooks on %s', (kind: DbKind) => {
     expect(rx!.received.length).toBe(rows.length)
     await sleep(300)
     expect(rx!.received.length).toBe(rows.length)
+  })
+
+  it('while a delivery waits, the gauges show it pending and its age', async () => {
+    await start({ webhooks: { ...FAST, schedule: [60_000], giveUpMs: 3_600_000 } })
+    rx!.respond = () => 500
+    await subscribe(['turn.completed'])
+    const s = await t!.createSession()
+    t!.models.script(s.id, { text: ['ok'] })
+    await t!.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })
+    await rx!.waitFor(1)
+    // the gauges are read every 5 s at most
+    await until('the queue gauge', async () => (await metric('agentd_webhook_queue_depth')) === 1 || undefined, 8000)
+    expect(await metric('agentd_webhook_oldest_pending_seconds')).toBeGreaterThan(0)
+    expect(await metric('agentd_webhook_deliveries_total')).toBe(0)
+  })
+
+  it('an attempt in flight at shutdown is due again at once, and the next start delivers it', async () => {
+    await start()
+    rx!.respond = (_r, prior) => (prior === 0 ? 'hang' : 200)
+    const hook = await subscribe(['turn.completed'])
+    const s = await t!.createSession()
+    t!.models.script(s.id, { text: ['ok'] })
+    await t!.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })
+    const [first] = await rx!.waitFor(1)
+    const testDb = t!.testDb
+    await t!.close({ keepDb: true })
+    const row = (await testDb.db.query<{ status: string; attempts: number; next_attempt_at: number }>('SELECT status, attempts, next_attempt_at FROM webhook_deliveries WHERE id = $1', [first.headers['webhook-id']])).rows[0]
+    expect(row).toMatchObject({ status: 'pending', attempts: 1 })
+    expect(Number(row.next_attempt_at)).toBeLessThanOrEqual(Date.now())
+    t = await startTestApp({ kind, testDb, webhooks: FAST })
+    const [, again] = await rx!.waitFor(2)
+    expect(again.headers['webhook-id']).toBe(first.headers['webhook-id'])
+    await until('delivered', async () => (await t!.app.db.query<{ status: string }>('SELECT status FROM webhook_deliveries WHERE webhook_id = $1', [hook.id])).rows[0]?.status === 'delivered')
+    const attempts = (await t!.app.db.query<{ attempt: number; status: number | null; error: string | null }>('SELECT attempt, status, error FROM webhook_attempts WHERE delivery_id = $1 ORDER BY attempt', [first.headers['webhook-id']])).rows
+    expect(attempts).toEqual([{ attempt: 1, status: null, error: 'aborted (shutdown)' }, { attempt: 2, status: 200, error: null }])
+  })
+
+  it('prunes delivered rows older than 7 days, and only those', async () => {
+    await start({ webhooks: { deliver: false } })
+    const hook = await subscribe(['turn.completed'])
+    const day = 24 * 3600 * 1000
+    const now = Date.now()
+    const { webhooks: store } = await import('../../src/store/index.js')
+    for (const [id, status, deliveredAt] of [['old', 'delivered', now - 8 * day], ['recent', 'delivered', now - 6 * day], ['failed', 'failed', null], ['pending', 'pending', null]] as const) {
+      await t!.app.db.query('INSERT INTO webhook_deliveries (id, webhook_id, type, event_time, created_at, status, delivered_at, next_attempt_at) VALUES ($1, $2, $3, $4, $4, $5, $6, $7)', [id, hook.id, 'ping', now - 9 * day, status, deliveredAt, status === 'pending' ? now + day : null])
+    }
+    expect(await store.pruneDeliveries(t!.app.db, now, 7 * day)).toBe(1)
+    expect((await t!.app.db.query<{ id: string }>('SELECT id FROM webhook_deliveries ORDER BY id')).rows.map((r) => r.id)).toEqual(['failed', 'pending', 'recent'])
   })
 
   it('a deleted webhook stops delivering: its pending deliveries are dropped', async () => {
