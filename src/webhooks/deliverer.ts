@@ -13,6 +13,8 @@ import { sign } from './sign.js'
 const SECOND = 1000
 const MINUTE = 60 * SECOND
 const HOUR = 60 * MINUTE
+/** wake-ups closer together than this share one look at the outbox */
+const WAKE_GAP_MS = 50
 
 export interface DelivererOptions {
   /** delays after the 1st, 2nd, … failed attempt (API.md §14: 5 s, 30 s, 2 min, 10 min, 30 min, 1 h) */
@@ -74,6 +76,8 @@ export class Deliverer {
   private again = false
   private started = false
   private failing = false
+  private lastTick = 0
+  private nextAt = Infinity
   private lastGauge = 0
   private gauge = { pending: 0, oldestMs: 0 }
   private lastPrune = 0
@@ -95,11 +99,20 @@ export class Deliverer {
     this.schedule(0)
   }
 
-  /** Something may have become due (a commit in this process, a ping): look now. */
+  /**
+   * Something may have become due (a commit in this process, a ping, a finished attempt): look soon.
+   * Wake-ups are coalesced, one look per WAKE_GAP_MS at most, so busy commits do not become a query each.
+   */
   wake(): void {
     if (!this.started || this.abort.signal.aborted) return
-    if (this.ticking) this.again = true
-    else this.schedule(0)
+    if (this.ticking) {
+      this.again = true
+      return
+    }
+    const now = Date.now()
+    const at = Math.max(now, this.lastTick + WAKE_GAP_MS)
+    if (this.nextAt <= at) return
+    this.schedule(at - now)
   }
 
   /** Stops claiming and ends attempts in flight (they come due again after their lease). */
@@ -111,6 +124,7 @@ export class Deliverer {
 
   private schedule(ms: number): void {
     clearTimeout(this.timer)
+    this.nextAt = Date.now() + ms
     this.timer = setTimeout(() => void this.tick(), ms)
     this.timer.unref?.()
   }
@@ -119,12 +133,16 @@ export class Deliverer {
     if (this.abort.signal.aborted) return
     this.ticking = true
     this.again = false
+    this.lastTick = Date.now()
+    this.nextAt = Infinity
+    let full = false
     try {
       const room = this.options.maxInFlight - this.inFlight.size
       if (room > 0) {
         const claimed = await store.claimDeliveries(this.d.db, Date.now(), room, this.options.leaseMs)
         for (const c of claimed) this.launch(c)
-        if (claimed.length === room) this.again = true
+        // more may be due at once: look again as soon as attempts finish (they wake this)
+        full = claimed.length === room
       }
       await this.housekeeping()
       this.failing = false
@@ -134,7 +152,7 @@ export class Deliverer {
       this.failing = true
     } finally {
       this.ticking = false
-      if (!this.abort.signal.aborted) this.schedule(this.again ? 0 : this.options.pollMs)
+      if (!this.abort.signal.aborted) this.schedule(this.again || full ? Math.min(WAKE_GAP_MS, this.options.pollMs) : this.options.pollMs)
     }
   }
 
