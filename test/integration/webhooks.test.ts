@@ -197,6 +197,17 @@ describe.each(DB_KINDS)('webhooks on %s', (kind: DbKind) => {
     expect(attempts).toEqual([{ attempt: 1, status: null, error: 'aborted (shutdown)' }, { attempt: 2, status: 200, error: null }])
   })
 
+  it('the address guard holds at every attempt: a URL that became refused is not connected to', async () => {
+    await start({ webhooks: { ...FAST, giveUpMs: 200 } })
+    const hook = await subscribe(['turn.completed'])
+    // what creation would refuse, as if the rules changed since (AGENTD_TOOL_HOSTS lists loopback only)
+    await t!.app.db.query('UPDATE webhooks SET url = $2 WHERE id = $1', [hook.id, 'http://10.255.255.1:9/x'])
+    const ping = await t!.api('POST', `/v1/webhooks/${hook.id}/test`)
+    const d = await until('failed', async () => (await deliveries(hook.id)).find((x) => x.id === ping.body.deliveryId && x.status === 'failed'), 8000)
+    expect(d.lastError).toMatch(/address refused: 10\.255\.255\.1 is a private address/)
+    expect(await metric('agentd_webhook_attempts_total', { outcome: 'refused' })).toBeGreaterThanOrEqual(1)
+  })
+
   it('prunes delivered rows older than 7 days, and only those', async () => {
     await start({ webhooks: { deliver: false } })
     const hook = await subscribe(['turn.completed'])
