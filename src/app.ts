@@ -15,6 +15,7 @@ import { migrate, openDb, pruneIdempotency, schemaCurrent, type Db, type Session
 import { checkToolUrl, ToolRegistry } from './tools/index.js'
 import { WorkerHost } from './worker/index.js'
 import { Secrets, Tenancy, embeddedSecretKey, type Clock } from './tenancy/index.js'
+import { Deliverer, WebhookService, type DelivererOptions } from './webhooks/index.js'
 import { ApiError } from './errors.js'
 import { ensureEmbeddedTenant } from './embedded-tenant.js'
 import { pluginConfigError, preflight } from './preflight.js'
@@ -32,6 +33,8 @@ export interface App {
   metrics: Metrics
   tenancy: Tenancy
   secrets: Secrets
+  webhooks: WebhookService
+  deliverer?: Deliverer
   host?: WorkerHost
   http?: FastifyInstance
   /** the listening address, when listening */
@@ -64,6 +67,8 @@ export interface StartOptions {
   clock?: Clock
   /** MCP tools/call timeout (tests; default 30 s) */
   mcpCallTimeoutMs?: number
+  /** the webhook deliverer's schedule and timing (tests shrink them); deliver: false starts none */
+  webhooks?: Partial<DelivererOptions> & { deliver?: boolean }
 }
 
 export async function startApp(config: Config, o: StartOptions = {}): Promise<App> {
@@ -151,6 +156,18 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     })
     cleanup.push(offCommand)
 
+    // API.md §14: a deliverer in every process that drives sessions; commits here that may have
+    // written deliveries wake it, other processes' are found by its poll
+    const deliverer = config.role !== 'api' && o.webhooks?.deliver !== false ? new Deliverer({ db, log, metrics, policy: toolPolicy, options: o.webhooks }) : undefined
+    if (deliverer) {
+      deliverer.start()
+      cleanup.push(() => deliverer.stop())
+      cleanup.push(publisher.observe((_s, events) => {
+        if (events.some((e) => e.type === 'turn/end' || e.type === 'tool/call')) deliverer.wake()
+      }))
+    }
+    const webhooks = new WebhookService({ db, policy: toolPolicy, wake: () => deliverer?.wake() })
+
     const driver: DriverControl = {
       compact: async (row: SessionRow) => compactNow(host, bus, root, row, config.role === 'api'),
       deleted: async (row: SessionRow) => {
@@ -175,6 +192,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       metrics,
       tenancy,
       secrets,
+      webhooks,
+      deliverer,
       host,
       firstKey,
       async close() {
@@ -185,7 +204,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         if (!o.db) await db.close()
       },
     }
-    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, tenancy, secrets, snapshot, driver, ready: () => schemaCurrent(db) })
+    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, tenancy, secrets, webhooks, snapshot, driver, ready: () => schemaCurrent(db) })
     if (o.listen !== false) {
       app.url = await app.http.listen({ port: config.port, host: config.host })
       log.info({ url: app.url, role: config.role, database: db.kind }, 'agentd listening')

@@ -9,6 +9,7 @@ import { initSessions, refreshSessions, resetSessions } from './sessions.js'
 import { closeView, initView, openView } from './view.js'
 import { initUsage, refreshUsage } from './usage.js'
 import { initSecrets, refreshSecrets } from './secrets.js'
+import { initWebhooks, refreshWebhooks } from './webhooks.js'
 
 function hashSession() {
   const m = /^#session=(.+)$/.exec(location.hash)
@@ -59,6 +60,7 @@ function saveKey(e) {
   void refreshSessions()
   void refreshUsage()
   void refreshSecrets()
+  void refreshWebhooks()
   route()
 }
 
@@ -82,6 +84,7 @@ function init() {
   initComposer()
   initUsage()
   initSecrets()
+  initWebhooks()
   window.addEventListener('hashchange', route)
   void refreshSessions()
   route()

@@ -13,3 +13,5 @@ export { budgetState, usageReport, type BudgetState, type UsageGroup, type Usage
 export { SlotUnavailableError, waitersToWake } from './slots.js'
 export * as secrets from './secrets.js'
 export type { SealedSecret, SecretInfo } from './secrets.js'
+export * as webhooks from './webhooks.js'
+export { WEBHOOK_EVENT_TYPES, type WebhookEventType, type WebhookEvent, type WebhookRow, type DeliveryRow, type DeliveryType, type ClaimedDelivery, type AttemptRow } from './webhooks.js'

@@ -316,9 +316,9 @@ export async function checkToolUrl(url: string, policy: HostPolicy, resolve: Res
 export class RefusedAddress extends Error {}
 
 /**
- * A socket `lookup` for connections to `hostname`:`port` that resolves once and checks every address
- * before the socket connects, so a name that re-resolves to a refused address (DNS rebinding) is caught
- * at every connection. Node skips `lookup` for IP literals: callers check those themselves.
+ * A socket `lookup` that resolves once and checks every address before the socket connects, so a
+ * name that re-resolves to a refused address after an earlier check (DNS rebinding) is caught. Node
+ * connects to an IP literal without calling `lookup`: callers check a literal themselves.
  */
 export function guardedLookup(policy: HostPolicy, hostname: string, port: number, resolve: Resolver = defaultResolver): net.LookupFunction {
   return (name, options, callback) => {

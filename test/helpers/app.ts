@@ -27,6 +27,8 @@ export interface TestAppOptions {
   mcpCallTimeoutMs?: number
   /** where the server's log lines go (with the server's own redaction), e.g. to search them */
   logStream?: { write(line: string): void }
+  /** the webhook deliverer's timing (StartOptions.webhooks) */
+  webhooks?: StartOptions['webhooks']
 }
 
 export interface TestApp {
@@ -69,6 +71,7 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     plugins: o.plugins?.map((p) => (root: Context) => p(root, testDb.db)),
     clock: o.clock,
     mcpCallTimeoutMs: o.mcpCallTimeoutMs,
+    webhooks: o.webhooks,
   }
   const app = await startApp(config, opts)
   const url = app.url!
