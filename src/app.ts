@@ -14,7 +14,7 @@ import { COMPACTOR, loadBuiltinPlugins, loadServerPlugins, type Compactor } from
 import { migrate, openDb, pruneIdempotency, schemaCurrent, type Db, type SessionRow } from './store/index.js'
 import { checkToolUrl, ToolRegistry } from './tools/index.js'
 import { WorkerHost } from './worker/index.js'
-import { Tenancy, type Clock } from './tenancy/index.js'
+import { Secrets, Tenancy, embeddedSecretKey, type Clock } from './tenancy/index.js'
 import { Deliverer, WebhookService, type DelivererOptions } from './webhooks/index.js'
 import { ApiError } from './errors.js'
 import { ensureEmbeddedTenant } from './embedded-tenant.js'
@@ -32,6 +32,7 @@ export interface App {
   publisher: Publisher
   metrics: Metrics
   tenancy: Tenancy
+  secrets: Secrets
   webhooks: WebhookService
   deliverer?: Deliverer
   host?: WorkerHost
@@ -41,6 +42,15 @@ export interface App {
   /** the key printed on the first embedded start */
   firstKey?: string
   close(): Promise<void>
+}
+
+/**
+ * pino's redaction, a second fence behind code that never logs a secret (API.md §1, §13): request
+ * headers and any field that names a secret value or a header set are censored wherever they appear.
+ */
+export const LOG_REDACT = {
+  paths: ['headers', '*.headers', 'req.headers.authorization', 'value', '*.value', 'secret', '*.secret', 'apiKey', '*.apiKey', 'authorization', '*.authorization'],
+  censor: '[redacted]',
 }
 
 export interface StartOptions {
@@ -55,12 +65,14 @@ export interface StartOptions {
   plugins?: Array<(root: Context) => void>
   /** the clock of tenant budget periods (tests move it across a UTC day or month) */
   clock?: Clock
+  /** MCP tools/call timeout (tests; default 30 s) */
+  mcpCallTimeoutMs?: number
   /** the webhook deliverer's schedule and timing (tests shrink them); deliver: false starts none */
   webhooks?: Partial<DelivererOptions> & { deliver?: boolean }
 }
 
 export async function startApp(config: Config, o: StartOptions = {}): Promise<App> {
-  const log = o.log ?? pino({ level: config.logLevel, base: { pid: process.pid } })
+  const log = o.log ?? pino({ level: config.logLevel, base: { pid: process.pid }, redact: LOG_REDACT })
   // the whole configuration, models file and plugins included, is checked before anything is written
   const { llm, toolPolicy } = preflight(config, { log, ...(o.llm ?? {}) })
   const metrics = new Metrics()
@@ -82,6 +94,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     await migrate(db)
     let firstKey: string | undefined
     if (!config.databaseUrl && !o.db) firstKey = await ensureEmbeddedTenant(db, config.dataDir, log)
+    // API.md §13: the embedded database keeps its own key next to it; PostgreSQL needs AGENTD_SECRET_KEY
+    const secrets = new Secrets({ db, key: config.secretKey ?? (config.databaseUrl ? undefined : embeddedSecretKey(config.dataDir)) })
 
     let bus: Bus
     if (config.databaseUrl && db.kind === 'pg') {
@@ -119,6 +133,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       maxParallelToolCalls: () => config.maxParallelToolCalls,
       attempts,
       tenancy,
+      secrets,
+      ...(o.mcpCallTimeoutMs ? { mcpCallTimeoutMs: o.mcpCallTimeoutMs } : {}),
     }
     const host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
     // an api process drives nothing on its own; it only takes a session briefly for maintenance
@@ -175,6 +191,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       publisher,
       metrics,
       tenancy,
+      secrets,
       webhooks,
       deliverer,
       host,
@@ -187,7 +204,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         if (!o.db) await db.close()
       },
     }
-    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, tenancy, webhooks, snapshot, driver, ready: () => schemaCurrent(db) })
+    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, tenancy, secrets, webhooks, snapshot, driver, ready: () => schemaCurrent(db) })
     if (o.listen !== false) {
       app.url = await app.http.listen({ port: config.port, host: config.host })
       log.info({ url: app.url, role: config.role, database: db.kind }, 'agentd listening')

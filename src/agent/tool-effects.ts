@@ -4,21 +4,24 @@
 // pipeline that decides them is tools/pipeline.ts.
 
 import { planSplice, type Json, type ToolCallBlock } from '../session/index.js'
-import { runToolCalls, toolResultDraft, type ToolEffects, type ToolEnv } from '../tools/index.js'
+import { runToolCalls, toolResultDraft, type ToolEffects, type ToolEnv, type ToolSpec } from '../tools/index.js'
 import type { SideRow } from '../store/index.js'
 import type { TurnContext } from './context.js'
 
 /** Runs a settled message's tool calls in the open step; reports whether a result concludes the turn. */
-export function runTools(tc: TurnContext, calls: ToolCallBlock[]): Promise<{ concludes: boolean }> {
-  return runToolCalls(calls, toolEnv(tc), toolEffects(tc))
+export function runTools(tc: TurnContext, calls: ToolCallBlock[], mcpTools: readonly ToolSpec[] = []): Promise<{ concludes: boolean }> {
+  return runToolCalls(calls, toolEnv(tc, mcpTools), toolEffects(tc))
 }
 
-function toolEnv(tc: TurnContext): ToolEnv {
+/** The step's tools: the session's ToolSpecs, then the MCP tools listed for this step (API.md §12). */
+function toolEnv(tc: TurnContext, mcpTools: readonly ToolSpec[]): ToolEnv {
   const { loop } = tc
   return {
     sessionId: loop.id,
     signal: tc.signal,
-    specs: loop.spec.tools,
+    specs: mcpTools.length ? [...loop.spec.tools, ...mcpTools] : loop.spec.tools,
+    mcp: loop.mcp,
+    secrets: loop.secrets,
     registry: loop.services.registry,
     hooks: tc.hooks,
     handle: (plugin) => loop.handle(plugin),

@@ -19,6 +19,7 @@ import { streamRoutes } from './streams.js'
 import { toolRoutes } from './tools.js'
 import { limitRoutes } from './limits.js'
 import { usageRoutes } from './usage.js'
+import { secretRoutes } from './secrets.js'
 import { webhookRoutes } from './webhooks.js'
 import { collectRoutes, type RouteDoc } from './openapi.js'
 
@@ -69,6 +70,7 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(toolRoutes, deps)
       await v1.register(limitRoutes, deps)
       await v1.register(usageRoutes, deps)
+      await v1.register(secretRoutes, deps)
       await v1.register(webhookRoutes, deps)
     }, { prefix: '/v1' })
   }

@@ -5,6 +5,7 @@ import http from 'node:http'
 import https from 'node:https'
 import net from 'node:net'
 import type { ContentBlock } from '../session/index.js'
+import { scrub } from './headers.js'
 import { defaultResolver, guardedLookup, RefusedAddress, type HostPolicy, type Resolver } from './hosts.js'
 
 export const DEFAULT_HTTP_TOOL_TIMEOUT_MS = 30000
@@ -33,13 +34,17 @@ export interface HttpToolCall {
   policy: HostPolicy
   /** Name resolution (tests inject one); default `dns.lookup` with `all: true`. */
   resolve?: Resolver
+  /** extra request headers (secrets resolved); they never override content-type, content-length or accept */
+  headers?: Record<string, string>
+  /** secret values among the headers: scrubbed from every error text */
+  secrets?: readonly string[]
   /** Answer body cap; default 10 MiB. */
   maxResponseBytes?: number
 }
 
-function failure(code: string, reason: string, name = 'ToolError'): HttpToolOutcome {
+function failure(code: string, reason: string, name = 'ToolError', secrets: readonly string[] = []): HttpToolOutcome {
   // results are one line: collapse whatever a socket error message carried
-  const text = `Error: ${reason}`.replace(/\s+/g, ' ').trim().slice(0, 500)
+  const text = scrub(`Error: ${reason}`, secrets).replace(/\s+/g, ' ').trim().slice(0, 500)
   return { content: [{ type: 'text', text }], isError: true, error: { name, code } }
 }
 
@@ -125,6 +130,7 @@ export function callHttpTool(o: HttpToolCall): Promise<HttpToolOutcome> {
     if (why !== null) return Promise.resolve(failure('TOOL_ERROR', `tool address refused: ${why}`))
   }
 
+  // every address is checked before the socket connects (DNS rebinding since creation is caught)
   const lookup = guardedLookup(o.policy, hostname, port, resolve)
 
   return new Promise<HttpToolOutcome>((done) => {
@@ -149,6 +155,7 @@ export function callHttpTool(o: HttpToolCall): Promise<HttpToolOutcome> {
       port,
       path: `${url.pathname}${url.search}`,
       headers: {
+        ...(o.headers ?? {}),
         'content-type': 'application/json',
         'content-length': String(payload.length),
         accept: 'application/json',
@@ -162,11 +169,11 @@ export function callHttpTool(o: HttpToolCall): Promise<HttpToolOutcome> {
     try {
       req = (url.protocol === 'https:' ? https : http).request(options)
     } catch (err) {
-      return settle(failure('TOOL_ERROR', `tool call failed: ${(err as Error).message}`))
+      return settle(failure('TOOL_ERROR', `tool call failed: ${(err as Error).message}`, 'ToolError', o.secrets))
     }
     req.on('error', (err) => {
       if (err instanceof RefusedAddress) settle(failure('TOOL_ERROR', `tool address refused: ${err.message}`))
-      else settle(failure('TOOL_ERROR', `tool call failed: ${err.message || String(err)}`))
+      else settle(failure('TOOL_ERROR', `tool call failed: ${err.message || String(err)}`, 'ToolError', o.secrets))
     })
     req.on('response', (res) => {
       res.on('error', () => settle(failure('TOOL_ERROR', 'tool call failed: the connection closed before the answer ended')))

@@ -7,6 +7,7 @@
 
 import { errorChain, assertLosslessJson, newMessageId, toUserMessage, type ContentBlock, type Draft, type Json, type JsonObject, type MessageInput, type ToolCallBlock, type UserMessage } from '../session/index.js'
 import { callHttpTool } from './http.js'
+import { MissingSecretError, resolveHeaders, type SecretResolver } from './headers.js'
 import type { HostPolicy } from './hosts.js'
 import type { RegisteredTool } from './registry.js'
 import { parseToolArguments, runToolBatch, type PrepareDecision, type ToolCallPlan } from './scheduler.js'
@@ -16,7 +17,8 @@ export interface ToolSpec {
   name: string
   description?: string
   parameters?: JsonObject
-  execution: { type: 'http' | 'client' | 'builtin'; url?: string; timeoutMs?: number }
+  /** `mcp` is never given by a client: a session's MCP tools are specs of that type, listed per step (API.md §12) */
+  execution: { type: 'http' | 'client' | 'builtin' | 'mcp'; url?: string; timeoutMs?: number; headers?: Record<string, string>; server?: string; tool?: string }
   concurrency?: 'parallel' | 'exclusive'
   approval?: 'always' | 'never'
 }
@@ -51,6 +53,10 @@ export interface ToolEnv {
   /** a live notification (tools/result) */
   notify(name: string, payload: Record<string, unknown>): void
   readonly log: { warn(o: object, msg: string): void }
+  /** the session's MCP servers (API.md §12) */
+  readonly mcp?: { call(server: string, tool: string, args: unknown, signal: AbortSignal, timeoutMs?: number): Promise<ToolOutcome> }
+  /** the tenant's secrets, for `secret:NAME` header values (API.md §13) */
+  readonly secrets?: SecretResolver
   /** a call's execution that began at `started` (hrtime) ended; `kind` is toolKind's (metrics) */
   executed?(kind: string, started: bigint): void
 }
@@ -175,7 +181,19 @@ async function runBody(env: ToolEnv, fx: Pick<ToolEffects, 'waitAnswer'>, p: Too
   if (!spec) return errorResult('UNKNOWN_TOOL', `unknown tool ${p.name}`)
   const ex = spec.execution
   if (ex.type === 'http') {
-    return callHttpTool({ url: ex.url!, timeoutMs: ex.timeoutMs, body: { sessionId: env.sessionId, callId: p.callId, name: p.name, arguments: p.arguments, rawArguments: p.rawArguments }, signal: env.signal, policy: env.policy })
+    let headers: Record<string, string> = {}
+    let secrets: string[] = []
+    try {
+      ;({ headers, secrets } = await resolveHeaders(ex.headers, env.secrets))
+    } catch (e) {
+      if (e instanceof MissingSecretError) return errorResult('TOOL_ERROR', e.message)
+      throw e
+    }
+    return callHttpTool({ url: ex.url!, timeoutMs: ex.timeoutMs, headers, secrets, body: { sessionId: env.sessionId, callId: p.callId, name: p.name, arguments: p.arguments, rawArguments: p.rawArguments }, signal: env.signal, policy: env.policy })
+  }
+  if (ex.type === 'mcp') {
+    if (!env.mcp) return errorResult('UNKNOWN_TOOL', `unknown tool ${p.name}`)
+    return env.mcp.call(ex.server!, ex.tool!, p.arguments, env.signal, ex.timeoutMs)
   }
   if (ex.type === 'client') {
     const answer = (await fx.waitAnswer(p.callId, 'client')) as { content?: ContentBlock[]; isError?: boolean } | undefined

@@ -1,4 +1,4 @@
-// AgentdClient: one method per route of API.md §3–§7, §14 and §15, plus the stream, the transcript view and run.
+// AgentdClient: one method per route of API.md §3–§7 and §13–§15, plus the stream, the transcript view and run.
 // Sends (followup, steer, inject) always carry an idempotency key, so their retries can never store a
 // message twice (API.md §5).
 
@@ -26,6 +26,7 @@ import type {
   ToolResultInput,
   UpdateSessionInput,
   UsageReport,
+  SecretInfo,
   CreateWebhookInput,
   Webhook,
   WebhookCreated,
@@ -81,11 +82,13 @@ export class AgentdClient {
   readonly transport: Transport
   readonly sessions: SessionsApi
   readonly admin: AdminApi
+  readonly secrets: SecretsApi
 
   constructor(o: AgentdClientOptions) {
     this.transport = new Transport(o)
     this.sessions = new SessionsApi(this.transport)
     this.admin = new AdminApi(this.transport)
+    this.secrets = new SecretsApi(this.transport)
   }
 
   private call<T>(method: string, path: string, repeat: Repeatable, o: { body?: unknown; query?: Record<string, string | number | undefined>; headers?: Record<string, string>; signal?: AbortSignal } = {}): Promise<T> {
@@ -309,5 +312,25 @@ export class AdminApi {
     // setting the same values twice is the same as once: safe to repeat
     const r = await this.t.call<{ tenant: TenantWithLimits }>({ method: 'PATCH', path: `/v1/admin/tenants/${encodeURIComponent(tenantId)}`, body: { limits }, auth: 'admin', repeat: 'safe', signal: o.signal })
     return r.tenant
+  }
+}
+
+/** Tenant secrets (API.md §13): values go in and never come out; tools refer to them as `secret:NAME`. */
+export class SecretsApi {
+  constructor(private readonly t: Transport) {}
+
+  /** Creates or replaces a secret (`name` matches ^[A-Z0-9_]{1,64}$, `value` at most 16 KiB). */
+  async put(name: string, value: string, o: CallOpts = {}): Promise<void> {
+    await this.t.call({ method: 'PUT', path: `/v1/secrets/${encodeURIComponent(name)}`, body: { value }, repeat: 'idempotent', signal: o.signal })
+  }
+
+  /** The tenant's secret names and times, never their values. */
+  async list(o: CallOpts = {}): Promise<SecretInfo[]> {
+    return (await this.t.call<{ secrets: SecretInfo[] }>({ method: 'GET', path: '/v1/secrets', repeat: 'safe', signal: o.signal })).secrets
+  }
+
+  /** Deletes a secret; `not-found` when there is none of that name. */
+  async delete(name: string, o: CallOpts = {}): Promise<void> {
+    await this.t.call({ method: 'DELETE', path: `/v1/secrets/${encodeURIComponent(name)}`, repeat: 'once', signal: o.signal })
   }
 }
