@@ -6,6 +6,7 @@ import type { Queryable } from './db.js'
 import { rowSets, updateRow, type RowPatch, type RunState } from './sessions.js'
 import { sideCtes, sideGuards, writeSideRows, type SideRow } from './side.js'
 import { groupCommitter, isDb, type GroupUnit, type UnitOutcome } from './group.js'
+import { markDeliveries } from './webhooks.js'
 
 /** What an append needs of the locked row; writeEvents moves it forward. */
 export interface LogPosition {
@@ -117,9 +118,10 @@ async function conditionalOne(db: Queryable, u: GroupUnit, side: readonly SideRo
   for (const g of sideGuards(side)) where += ` AND ${g}`
   const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, patch, params)
   const sides = sideCtes(side, params)
+  const deliveries = sides.counted.length ? `, (${sides.counted.map((c) => `(SELECT count(*)::int FROM ${c})`).join(' + ')}) AS w` : ''
   params.push(out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), out.map((e) => e.json))
   const n = params.length
-  const { rows } = await db.query<{ run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number }>(
+  const { rows } = await db.query<{ run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number; w?: number }>(
     `WITH moved AS (
        UPDATE sessions SET ${sets.join(', ')} WHERE ${where}
        RETURNING run_state, cancel_pending, wake_latched
@@ -128,11 +130,12 @@ async function conditionalOne(db: Queryable, u: GroupUnit, side: readonly SideRo
        SELECT $1, e.seq, e.time, e.type, e.body FROM unnest($${n - 3}::int[], $${n - 2}::bigint[], $${n - 1}::text[], $${n}::text[]) AS e(seq, time, type, body)
        WHERE EXISTS (SELECT 1 FROM moved)
        RETURNING 1
-     )${sides}
-     SELECT m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM ins) AS n FROM moved m`,
+     )${sides.sql}
+     SELECT m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM ins) AS n${deliveries} FROM moved m`,
     params,
   )
   const r = rows[0]
+  if (r?.w) markDeliveries(key, r.w)
   return r ? { runState: r.run_state, cancelPending: r.cancel_pending, wakeLatched: r.wake_latched, n: r.n } : null
 }
 
