@@ -12,7 +12,8 @@ import pino from 'pino'
 import { loadConfig } from '../../../src/config.js'
 import { startApp, type App } from '../../../src/app.js'
 import { openDb, type Db } from '../../../src/store/index.js'
-import { adminUrl, baseUrl } from '../../helpers/db-urls.js'
+import { baseUrl } from '../../helpers/db-urls.js'
+import { faultsAdminUrl } from './pg-admin.js'
 import { ScriptedModels } from '../../helpers/scripted.js'
 import type { DbKind } from './part.js'
 
@@ -65,8 +66,9 @@ async function freshDatabase(kind: DbKind): Promise<{ env: Record<string, string
     return { env: { AGENTD_DATA_DIR: dataDir }, db, drop: async () => fs.rmSync(dataDir, { recursive: true, force: true }) }
   }
   const name = `agentd_faults_${process.pid}_${crypto.randomBytes(4).toString('hex')}`
+  const adminUrl = await faultsAdminUrl()
   const admin = async (sql: string) => {
-    const c = new pg.Client({ connectionString: adminUrl() })
+    const c = new pg.Client({ connectionString: adminUrl })
     await c.connect()
     try {
       await c.query(sql)
