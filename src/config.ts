@@ -26,6 +26,10 @@ export interface Config {
   bodyLimit: number
   /** SIGTERM grace for running turns before their Agents are disposed */
   shutdownGraceMs: number
+  /** how long a client may take to send a whole request (headers and body); past it the request is cut */
+  requestTimeoutMs: number
+  /** how long an SSE subscriber may keep its socket full before it is cut as a slow consumer */
+  slowConsumerMs: number
 }
 
 export class ConfigError extends Error {
@@ -81,5 +85,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel,
     bodyLimit: 1024 * 1024,
     shutdownGraceMs: int(env, 'AGENTD_SHUTDOWN_GRACE_MS', 10000, 0),
+    requestTimeoutMs: int(env, 'AGENTD_REQUEST_TIMEOUT_MS', 30000, 100, 3_600_000),
+    slowConsumerMs: int(env, 'AGENTD_SLOW_CONSUMER_MS', 30000, 100, 3_600_000),
   }
 }

@@ -3,7 +3,9 @@
 
 import type { FaultPart } from './lib/part.js'
 import { fuzz } from './fuzz.js'
+import { hostile } from './hostile.js'
 
 export const PARTS: FaultPart[] = [
   fuzz,
+  hostile,
 ]
