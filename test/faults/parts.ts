@@ -4,8 +4,10 @@
 import type { FaultPart } from './lib/part.js'
 import { fuzz } from './fuzz.js'
 import { hostile } from './hostile.js'
+import { outage } from './outage.js'
 
 export const PARTS: FaultPart[] = [
   fuzz,
   hostile,
+  outage,
 ]

@@ -59,14 +59,14 @@ export async function startToolServer(): Promise<ToolServer> {
 }
 
 /** A fresh database: a PGlite directory, or a new PostgreSQL database on the configured server. */
-async function freshDatabase(kind: DbKind): Promise<{ env: Record<string, string>; db: Db; drop(): Promise<void> }> {
+async function freshDatabase(kind: DbKind, server?: string): Promise<{ env: Record<string, string>; db: Db; drop(): Promise<void> }> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-faults-'))
   if (kind === 'pglite') {
     const db = await openDb({ dataDir })
     return { env: { AGENTD_DATA_DIR: dataDir }, db, drop: async () => fs.rmSync(dataDir, { recursive: true, force: true }) }
   }
   const name = `agentd_faults_${process.pid}_${crypto.randomBytes(4).toString('hex')}`
-  const adminUrl = await faultsAdminUrl()
+  const adminUrl = server ?? (await faultsAdminUrl())
   const admin = async (sql: string) => {
     const c = new pg.Client({ connectionString: adminUrl })
     await c.connect()
@@ -77,7 +77,7 @@ async function freshDatabase(kind: DbKind): Promise<{ env: Record<string, string
     }
   }
   await admin(`CREATE DATABASE ${name}`)
-  const url = baseUrl(name)
+  const url = server ? Object.assign(new URL(server), { pathname: `/${name}` }).toString() : baseUrl(name)
   const db = await openDb({ databaseUrl: url, dataDir })
   return {
     env: { DATABASE_URL: url, AGENTD_DATA_DIR: dataDir },
@@ -89,8 +89,9 @@ async function freshDatabase(kind: DbKind): Promise<{ env: Record<string, string
   }
 }
 
-export async function startTarget(kind: DbKind, env: Record<string, string> = {}): Promise<Target> {
-  const fresh = await freshDatabase(kind)
+/** The server under attack; `pgServer` is a PostgreSQL server URL to make its database on (default: the configured one). */
+export async function startTarget(kind: DbKind, env: Record<string, string> = {}, o: { pgServer?: string } = {}): Promise<Target> {
+  const fresh = await freshDatabase(kind, o.pgServer)
   const tools = await startToolServer()
   const models = new ScriptedModels()
   const adminToken = `faults-${crypto.randomBytes(8).toString('hex')}`
