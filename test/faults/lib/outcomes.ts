@@ -59,9 +59,9 @@ export class Outcomes {
     return n
   }
 
-  /** The process answers /healthz 200 within a few seconds. */
+  /** The process answers /healthz 200 (within 15 s: a loaded test machine is slow, a dead process never answers). */
   async alive(what: string): Promise<boolean> {
-    const h = await wireRequest(this.url, { method: 'GET', path: '/healthz', timeoutMs: 5000 })
+    const h = await wireRequest(this.url, { method: 'GET', path: '/healthz', timeoutMs: 15000 })
     if (h.status !== 200) this.problem(`${what}: /healthz answered ${h.status || h.error}`)
     return h.status === 200
   }
