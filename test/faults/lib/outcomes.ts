@@ -23,7 +23,8 @@ export class Outcomes {
   noAnswer = 0
   sent = 0
 
-  constructor(readonly url: string) {}
+  /** the server asked; a part whose processes restart on new ports points it at a live one */
+  constructor(public url: string) {}
 
   problem(p: string): void {
     this.problems.push(p)

@@ -89,6 +89,13 @@ async function freshDatabase(kind: DbKind, server?: string): Promise<{ env: Reco
   }
 }
 
+/** A fresh, empty PostgreSQL database on the configured server (the servers started on it migrate it). */
+export async function freshPgServerDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const f = await freshDatabase('pg')
+  await f.db.close()
+  return { url: f.env.DATABASE_URL, drop: f.drop }
+}
+
 /** The server under attack; `pgServer` is a PostgreSQL server URL to make its database on (default: the configured one). */
 export async function startTarget(kind: DbKind, env: Record<string, string> = {}, o: { pgServer?: string } = {}): Promise<Target> {
   const fresh = await freshDatabase(kind, o.pgServer)
