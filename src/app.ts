@@ -15,6 +15,7 @@ import { migrate, openDb, pruneIdempotency, schemaCurrent, type Db, type Session
 import { checkToolUrl, ToolRegistry } from './tools/index.js'
 import { WorkerHost } from './worker/index.js'
 import { Tenancy, type Clock } from './tenancy/index.js'
+import { Deliverer, WebhookService, type DelivererOptions } from './webhooks/index.js'
 import { ApiError } from './errors.js'
 import { ensureEmbeddedTenant } from './embedded-tenant.js'
 import { pluginConfigError, preflight } from './preflight.js'
@@ -31,6 +32,8 @@ export interface App {
   publisher: Publisher
   metrics: Metrics
   tenancy: Tenancy
+  webhooks: WebhookService
+  deliverer?: Deliverer
   host?: WorkerHost
   http?: FastifyInstance
   /** the listening address, when listening */
@@ -52,6 +55,8 @@ export interface StartOptions {
   plugins?: Array<(root: Context) => void>
   /** the clock of tenant budget periods (tests move it across a UTC day or month) */
   clock?: Clock
+  /** the webhook deliverer's schedule and timing (tests shrink them); deliver: false starts none */
+  webhooks?: Partial<DelivererOptions> & { deliver?: boolean }
 }
 
 export async function startApp(config: Config, o: StartOptions = {}): Promise<App> {
@@ -135,6 +140,18 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     })
     cleanup.push(offCommand)
 
+    // API.md §14: a deliverer in every process that drives sessions; commits here that may have
+    // written deliveries wake it, other processes' are found by its poll
+    const deliverer = config.role !== 'api' && o.webhooks?.deliver !== false ? new Deliverer({ db, log, metrics, policy: toolPolicy, options: o.webhooks }) : undefined
+    if (deliverer) {
+      deliverer.start()
+      cleanup.push(() => deliverer.stop())
+      cleanup.push(publisher.observe((_s, events) => {
+        if (events.some((e) => e.type === 'turn/end' || e.type === 'tool/call')) deliverer.wake()
+      }))
+    }
+    const webhooks = new WebhookService({ db, policy: toolPolicy, wake: () => deliverer?.wake() })
+
     const driver: DriverControl = {
       compact: async (row: SessionRow) => compactNow(host, bus, root, row, config.role === 'api'),
       deleted: async (row: SessionRow) => {
@@ -158,6 +175,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       publisher,
       metrics,
       tenancy,
+      webhooks,
+      deliverer,
       host,
       firstKey,
       async close() {
@@ -168,7 +187,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         if (!o.db) await db.close()
       },
     }
-    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, tenancy, snapshot, driver, ready: () => schemaCurrent(db) })
+    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, tenancy, webhooks, snapshot, driver, ready: () => schemaCurrent(db) })
     if (o.listen !== false) {
       app.url = await app.http.listen({ port: config.port, host: config.host })
       log.info({ url: app.url, role: config.role, database: db.kind }, 'agentd listening')

@@ -8,6 +8,7 @@ import { follow, setConn } from './live.js'
 import { initSessions, refreshSessions, resetSessions } from './sessions.js'
 import { closeView, initView, openView } from './view.js'
 import { initUsage, refreshUsage } from './usage.js'
+import { initWebhooks, refreshWebhooks } from './webhooks.js'
 
 function hashSession() {
   const m = /^#session=(.+)$/.exec(location.hash)
@@ -57,6 +58,7 @@ function saveKey(e) {
   $('topbar').classList.remove('key-open')
   void refreshSessions()
   void refreshUsage()
+  void refreshWebhooks()
   route()
 }
 
@@ -79,6 +81,7 @@ function init() {
   initView({ onSessionGone: sessionGone })
   initComposer()
   initUsage()
+  initWebhooks()
   window.addEventListener('hashchange', route)
   void refreshSessions()
   route()

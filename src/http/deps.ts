@@ -8,6 +8,7 @@ import type { Feeds, LiveFrame } from '../bus/index.js'
 import type { Metrics } from '../metrics.js'
 import type { Db, Principal, SessionRow } from '../store/index.js'
 import type { Tenancy } from '../tenancy/index.js'
+import type { WebhookService } from '../webhooks/index.js'
 
 /** What HTTP needs from the rest of the server; nothing below http/ knows about HTTP. */
 export interface HttpDeps {
@@ -20,6 +21,8 @@ export interface HttpDeps {
   metrics: Metrics
   /** tenant limits and usage (API.md §15) */
   tenancy: Tenancy
+  /** the tenant's webhooks (API.md §14) */
+  webhooks?: WebhookService
   /** the in-flight attempt's snapshot frame for late subscribers (API.md §6), if any */
   snapshot(sessionKey: string): LiveFrame | undefined
   /** the driver side: manual compaction, deletion, fork checks */

@@ -245,3 +245,39 @@ export const COMPONENTS: Record<string, TSchema> = {
 }
 
 export type { TSchema }
+
+// API.md §14 webhooks
+const WebhookEventType = Type.String({ minLength: 1, maxLength: 100, description: 'turn.completed, turn.failed, turn.cancelled, turn.interrupted or session.requires_action' })
+export const CreateWebhookBody = Type.Object(
+  {
+    url: Type.String({ minLength: 1, maxLength: 2000, description: 'http or https; under the address guard of http tools (AGENTD_TOOL_HOSTS)' }),
+    events: Type.Array(WebhookEventType, { minItems: 1, maxItems: 20 }),
+    description: Type.Optional(Type.String({ maxLength: 1000 })),
+  },
+  { additionalProperties: false },
+)
+const webhookFields = {
+  id: Type.String(),
+  url: Type.String(),
+  events: Type.Array(Type.String()),
+  description: Type.Union([Type.String(), Type.Null()]),
+}
+export const Webhook = Type.Object({ ...webhookFields, createdAt: Type.String({ format: 'date-time' }) })
+export const CreatedWebhook = Type.Object({ ...webhookFields, secret: Type.String({ description: 'whsec_ + base64 of the signing key; shown only in this answer' }), createdAt: Type.String({ format: 'date-time' }) })
+export const WebhookList = Type.Object({ webhooks: Type.Array(Webhook) })
+export const WebhookParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) })
+export const DeliveriesQuery = Type.Object({ limit: Type.Optional(Type.String({ pattern: '^[0-9]{1,3}$', description: '1 to 100, default 20' })) }, { additionalProperties: false })
+export const WebhookDelivery = Type.Object({
+  id: Type.String({ description: 'also the webhook-id header, the same on every retry' }),
+  type: Type.String(),
+  sessionId: Type.Union([Type.String(), Type.Null()]),
+  seq: Type.Union([Type.Integer(), Type.Null()]),
+  status: Type.Union([Type.Literal('pending'), Type.Literal('delivered'), Type.Literal('failed')]),
+  attempts: Type.Integer(),
+  lastStatus: Type.Optional(Type.Integer()),
+  lastError: Type.Optional(Type.String()),
+  nextAttemptAt: Type.Optional(Type.String({ format: 'date-time' })),
+  deliveredAt: Type.Optional(Type.String({ format: 'date-time' })),
+})
+export const DeliveryList = Type.Object({ deliveries: Type.Array(WebhookDelivery) })
+export const PingAnswer = Type.Object({ deliveryId: Type.String() })

@@ -5,7 +5,7 @@ import http from 'node:http'
 import https from 'node:https'
 import net from 'node:net'
 import type { ContentBlock } from '../session/index.js'
-import { defaultResolver, type HostPolicy, type Resolver } from './hosts.js'
+import { defaultResolver, guardedLookup, RefusedAddress, type HostPolicy, type Resolver } from './hosts.js'
 
 export const DEFAULT_HTTP_TOOL_TIMEOUT_MS = 30000
 export const MAX_TOOL_RESPONSE_BYTES = 10 * 1024 * 1024
@@ -44,9 +44,6 @@ function failure(code: string, reason: string, name = 'ToolError'): HttpToolOutc
 }
 
 const BAD_RESULT = () => failure('TOOL_BAD_RESULT', 'tool answered an invalid result')
-
-/** Marks the error our lookup raises for a refused address, so it is told apart from DNS failures. */
-class RefusedAddress extends Error {}
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v)
@@ -128,28 +125,7 @@ export function callHttpTool(o: HttpToolCall): Promise<HttpToolOutcome> {
     if (why !== null) return Promise.resolve(failure('TOOL_ERROR', `tool address refused: ${why}`))
   }
 
-  // Resolves once and checks every address before the socket connects, so a name that re-resolves to a
-  // refused address between session creation and this call (DNS rebinding) is caught.
-  const lookup: net.LookupFunction = (name, options, callback) => {
-    resolve(name).then(
-      (found) => {
-        const want = options.family === 4 || options.family === 'IPv4' ? 4 : options.family === 6 || options.family === 'IPv6' ? 6 : 0
-        const addrs = found.map((address) => ({ address, family: net.isIP(address) })).filter((a) => a.family !== 0 && (want === 0 || a.family === want))
-        if (addrs.length === 0) {
-          const err: NodeJS.ErrnoException = new Error(`getaddrinfo ENOTFOUND ${name}`)
-          err.code = 'ENOTFOUND'
-          return callback(err, options.all ? [] : '')
-        }
-        for (const a of addrs) {
-          const why = o.policy.check(hostname, port, a.address)
-          if (why !== null) return callback(new RefusedAddress(why), options.all ? [] : '')
-        }
-        if (options.all) callback(null, addrs)
-        else callback(null, addrs[0]!.address, addrs[0]!.family)
-      },
-      (err: NodeJS.ErrnoException) => callback(err, options.all ? [] : ''),
-    )
-  }
+  const lookup = guardedLookup(o.policy, hostname, port, resolve)
 
   return new Promise<HttpToolOutcome>((done) => {
     let settled = false

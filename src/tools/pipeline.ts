@@ -65,8 +65,8 @@ export interface FinishedCall {
 export interface ToolEffects {
   /** SPEC §11.5 step 1: append tool/call; a client call's pending row rides with it (§18.10) */
   appendCall(plan: ToolCallPlan, opts: { client: boolean }): Promise<number>
-  /** an `ask`: write the approval's pending row */
-  openApproval(plan: ToolCallPlan): Promise<void>
+  /** an `ask`: write the approval's pending row (its tool/call is at `callSeq`) */
+  openApproval(plan: ToolCallPlan, callSeq: number): Promise<void>
   /** the answer to a pending call, or undefined once the turn is cancelled */
   waitAnswer(callId: string, kind: 'client' | 'approval'): Promise<unknown>
   /** SPEC §11.6: append tool/result and queue its contexts in next-step */
@@ -94,7 +94,7 @@ export async function runToolCalls(calls: readonly ToolCallBlock[], env: ToolEnv
     maxParallel: () => env.maxParallel(),
     isParallel: (p) => isParallel(env, p),
     appendCall: (p) => fx.appendCall(p, { client: specOf(env, p.name)?.execution.type === 'client' }),
-    prepare: (p) => prepareCall(env, fx, p),
+    prepare: (p, callSeq) => prepareCall(env, fx, p, callSeq),
     execute: (p) => timed(env, p, () => executeCall(env, fx, p)),
     notRun: (_p, decision) => notRun(decision),
     commit: async (p, callSeq, outcome) => {
@@ -135,7 +135,7 @@ export function isParallel(env: Pick<ToolEnv, 'specs' | 'registry'>, p: ToolCall
 }
 
 /** tools/pre-execute (allow / deny / ask); `ask` waits for the approval route (SPEC §11.5). */
-export async function prepareCall(env: ToolEnv, fx: Pick<ToolEffects, 'openApproval' | 'waitAnswer'>, p: ToolCallPlan): Promise<PrepareDecision> {
+export async function prepareCall(env: ToolEnv, fx: Pick<ToolEffects, 'openApproval' | 'waitAnswer'>, p: ToolCallPlan, callSeq: number): Promise<PrepareDecision> {
   const spec = specOf(env, p.name)
   let d: { kind?: string; reason?: string } | undefined
   try {
@@ -146,7 +146,7 @@ export async function prepareCall(env: ToolEnv, fx: Pick<ToolEffects, 'openAppro
   if (d?.kind === 'allow') return { kind: 'allow' }
   if (d?.kind === 'deny') return { kind: 'deny', reason: typeof d.reason === 'string' && d.reason ? d.reason : 'denied by policy' }
   if (d?.kind !== 'ask') return { kind: 'deny', reason: 'the tool policy gave no decision' }
-  await fx.openApproval(p)
+  await fx.openApproval(p, callSeq)
   const answer = (await fx.waitAnswer(p.callId, 'approval')) as { decision?: string; reason?: string } | undefined
   if (!answer) return { kind: 'deny', reason: 'the turn was cancelled before an approver answered' }
   if (answer.decision === 'allow') return { kind: 'allow' }

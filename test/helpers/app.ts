@@ -23,6 +23,8 @@ export interface TestAppOptions {
   logLevel?: string
   /** the clock of tenant budget periods (StartOptions.clock) */
   clock?: () => number
+  /** the webhook deliverer's timing (StartOptions.webhooks) */
+  webhooks?: StartOptions['webhooks']
 }
 
 export interface TestApp {
@@ -64,6 +66,7 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     llm: { extraModels: models.models, defaultModel: models.ref(), models: { providers: {} } },
     plugins: o.plugins?.map((p) => (root: Context) => p(root, testDb.db)),
     clock: o.clock,
+    webhooks: o.webhooks,
   }
   const app = await startApp(config, opts)
   const url = app.url!

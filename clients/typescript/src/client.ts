@@ -1,4 +1,4 @@
-// AgentdClient: one method per route of API.md §3–§7 and §15, plus the stream, the transcript view and run.
+// AgentdClient: one method per route of API.md §3–§7, §14 and §15, plus the stream, the transcript view and run.
 // Sends (followup, steer, inject) always carry an idempotency key, so their retries can never store a
 // message twice (API.md §5).
 
@@ -26,6 +26,10 @@ import type {
   ToolResultInput,
   UpdateSessionInput,
   UsageReport,
+  CreateWebhookInput,
+  Webhook,
+  WebhookCreated,
+  WebhookDelivery,
 } from './types.js'
 import { watchSession, type Watch, type WatchOptions } from './watch.js'
 
@@ -160,6 +164,36 @@ export class AgentdClient {
   /** The tenant's usage over UTC days `from`..`to` (YYYY-MM-DD; default the current month), by day, model or session, and its limits. */
   usage(o: CallOpts & { from?: string; to?: string; groupBy?: 'day' | 'model' | 'session' } = {}): Promise<UsageReport> {
     return this.call('GET', '/v1/usage', 'safe', { query: { from: o.from, to: o.to, groupBy: o.groupBy }, signal: o.signal })
+  }
+
+  // ---- webhooks (API.md §14) ----
+
+  /** Subscribes a URL; the answer's `secret` (for verifyWebhook) is shown only here. */
+  createWebhook(input: CreateWebhookInput, o: CallOpts = {}): Promise<WebhookCreated> {
+    return this.call('POST', '/v1/webhooks', 'once', { body: input, signal: o.signal })
+  }
+
+  async listWebhooks(o: CallOpts = {}): Promise<Webhook[]> {
+    return (await this.call<{ webhooks: Webhook[] }>('GET', '/v1/webhooks', 'safe', o)).webhooks
+  }
+
+  getWebhook(id: string, o: CallOpts = {}): Promise<Webhook> {
+    return this.call('GET', `/v1/webhooks/${encodeURIComponent(id)}`, 'safe', o)
+  }
+
+  /** Deletes it; its pending deliveries are dropped. */
+  async deleteWebhook(id: string, o: CallOpts = {}): Promise<void> {
+    await this.call('DELETE', `/v1/webhooks/${encodeURIComponent(id)}`, 'once', o)
+  }
+
+  /** Its deliveries, newest first (`limit` 1–100, default 20). */
+  async webhookDeliveries(id: string, o: CallOpts & { limit?: number } = {}): Promise<WebhookDelivery[]> {
+    return (await this.call<{ deliveries: WebhookDelivery[] }>('GET', `/v1/webhooks/${encodeURIComponent(id)}/deliveries`, 'safe', { query: { limit: o.limit }, signal: o.signal })).deliveries
+  }
+
+  /** Sends a `ping` delivery; returns its id (the `webhook-id` the receiver sees). */
+  async testWebhook(id: string, o: CallOpts = {}): Promise<string> {
+    return (await this.call<{ deliveryId: string }>('POST', `/v1/webhooks/${encodeURIComponent(id)}/test`, 'once', o)).deliveryId
   }
 
   // ---- reading (API.md §6) ----
