@@ -96,6 +96,8 @@ describe('docs/configuration.md', () => {
     expect(dflt('AGENTD_BUILTIN_PLUGINS')).toBe(`\`${c.builtinPlugins.join(',')}\``)
     expect(dflt('AGENTD_RATE_LIMIT_PER_MIN')).toBe(`\`${c.rateLimitPerMin}\``)
     expect(dflt('AGENTD_SHUTDOWN_GRACE_MS')).toBe(`\`${c.shutdownGraceMs}\``)
+    expect(dflt('AGENTD_REQUEST_TIMEOUT_MS')).toBe(`\`${c.requestTimeoutMs}\``)
+    expect(dflt('AGENTD_SLOW_CONSUMER_MS')).toBe(`\`${c.slowConsumerMs}\``)
     expect(dflt('LOG_LEVEL')).toBe(`\`${c.logLevel}\``)
     expect(path.relative(process.cwd(), c.dataDir)).toBe(dflt('AGENTD_DATA_DIR').replace(/`/g, '').replace(/^\.\//, ''))
     for (const unset of ['DATABASE_URL', 'AGENTD_ADMIN_TOKEN', 'AGENTD_MODELS', 'AGENTD_TOOL_HOSTS', 'AGENTD_PLUGINS']) expect(dflt(unset), unset).toBe('unset')
