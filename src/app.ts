@@ -114,6 +114,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       maxParallelToolCalls: () => config.maxParallelToolCalls,
       attempts,
       tenancy,
+      continueAfterCrash: config.continueAfterCrash,
     }
     const host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
     // an api process drives nothing on its own; it only takes a session briefly for maintenance

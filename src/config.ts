@@ -26,6 +26,8 @@ export interface Config {
   bodyLimit: number
   /** SIGTERM grace for running turns before their Agents are disposed */
   shutdownGraceMs: number
+  /** SPEC §19: crash continuations in a row before the crash-loop limit stops them; 0 turns them off */
+  continueAfterCrash: number
 }
 
 export class ConfigError extends Error {
@@ -81,5 +83,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel,
     bodyLimit: 1024 * 1024,
     shutdownGraceMs: int(env, 'AGENTD_SHUTDOWN_GRACE_MS', 10000, 0),
+    continueAfterCrash: int(env, 'AGENTD_CONTINUE_AFTER_CRASH', 2, 0, 100),
   }
 }
