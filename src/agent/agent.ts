@@ -85,7 +85,7 @@ export class Agent implements Loop {
   ) {
     const { row, state, lease } = attached
     this.continuation = attached.continuation ?? null
-    this.continuationAt = this.continuation ? Date.now() + continuationDelayMs(this.continuation) : 0
+    this.continuationAt = this.continuation ? Date.now() + continuationDelayMs(this.continuation, d.continueAfterCrash) : 0
     this.id = row.id
     this.key = row.key
     this.tenantId = row.tenantId

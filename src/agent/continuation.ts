@@ -95,8 +95,10 @@ export function decideContinuation(duty: ContinuationDuty, o: { limit: number; c
  * How long after attach an owed continuation waits before it opens without new input: a backoff
  * that doubles with every continuation the crash loop already ate (1 s, 2 s, 4 s, … at most 10 s),
  * so a crash the work itself causes does not hammer every process at once, and watchers see the
- * repair settle before the continuation starts.
+ * repair settle before the continuation starts. `limit` is AGENTD_CONTINUE_AFTER_CRASH.
  */
-export function continuationDelayMs(duty: ContinuationDuty): number {
+export function continuationDelayMs(duty: ContinuationDuty, limit: number): number {
+  // a duty that will be declined (continuation off, the crash-loop limit reached) waits for nothing
+  if (limit <= 0 || duty.failedContinuations >= limit) return 0
   return Math.min(10_000, 1000 * 2 ** Math.min(duty.failedContinuations, 4))
 }

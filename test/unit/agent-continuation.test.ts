@@ -153,7 +153,9 @@ describe('decideContinuation (SPEC §19.5)', () => {
     expect(decideContinuation({ ...duty, failedContinuations: 1 }, { limit: 1, cancelPending: false, runState: 'running' })).toBe('crash-loop')
   })
 
-  it('the backoff doubles with each failed continuation and is bounded', () => {
-    expect([0, 1, 2, 3, 9].map((n) => continuationDelayMs({ ...duty, failedContinuations: n }))).toEqual([1000, 2000, 4000, 8000, 10000])
+  it('the backoff doubles with each failed continuation and is bounded; a duty that will be declined does not wait', () => {
+    expect([0, 1, 2, 3, 9].map((n) => continuationDelayMs({ ...duty, failedContinuations: n }, 100))).toEqual([1000, 2000, 4000, 8000, 10000])
+    expect(continuationDelayMs({ ...duty, failedContinuations: 2 }, 2)).toBe(0)
+    expect(continuationDelayMs(duty, 0)).toBe(0)
   })
 })
