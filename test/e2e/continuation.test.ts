@@ -8,6 +8,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
+import { openSse } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { sleep } from '../helpers/wait.js'
 import { startAgentdProcess, type AgentdProcess } from './helpers-sdk.js'
@@ -263,14 +264,53 @@ describe.each(DB_KINDS)('AGENTD_CONTINUE_AFTER_CRASH=0 on %s', (kind) => {
   }, 120000)
 })
 
-describe('a cancel accepted just before the kill, on two processes of one PostgreSQL', () => {
+describe('takeover by another process: two processes of one PostgreSQL', () => {
   let cl: Cluster
   beforeAll(async () => {
     cl = await startCluster({ processes: 2, env: { AGENTD_LEASE_TTL_MS: String(LEASE_TTL_MS) } })
   }, 90000)
+  beforeEach(async () => {
+    await cl.ensureUp()
+  }, 60000)
   afterAll(async () => {
     await cl?.close()
   }, 60000)
+
+  it('takeover by another process, three kills in a row: two continuations, then agent/error CRASH_LOOP, seen live by a subscriber; no fourth turn by itself', async () => {
+    const s = await cl.createSession(0)
+    const hang = { chunks: ['partial'], hang: true }
+    cl.llm.script(s.marker, hang, hang, hang, { chunks: ['fresh answer'] })
+    expect((await cl.api(0, 'POST', `/v1/sessions/${s.id}/followup`, { content: 'this work crashes the server' })).status).toBe(202)
+    const subs: Array<Awaited<ReturnType<typeof openSse>>> = []
+    try {
+      for (let n = 1; n <= 3; n++) {
+        await cl.llm.waitForRequest(s.marker, n, 30000)
+        const holder = await cl.waitForHolder(s.id)
+        const other = 1 - holder
+        const sub = await openSse(`${cl.procs[other].url}/v1/sessions/${encodeURIComponent(s.id)}/stream`, { authorization: `Bearer ${cl.key}` })
+        subs.push(sub)
+        await sub.waitFor((f) => f.event === 'agent/status')
+        cl.procs[holder].child.kill('SIGKILL')
+        await cl.procs[holder].exited
+        await cl.start(holder)
+      }
+      const err = await subs[2].waitFor((f) => f.event === 'agent/error', 20000)
+      expect(JSON.parse(err.data!)).toMatchObject({ turn: 3, error: { code: 'CRASH_LOOP' } })
+      const log = await cl.waitFor(0, s.id, (e, all) => e.type === 'session/end-seed' && all.some((x) => x.type === 'turn/end' && x.data.turn === 3), 15000)
+      expect(turnStarts(log)).toEqual([{ turn: 1 }, { turn: 2, continues: 1 }, { turn: 3, continues: 2 }])
+      await sleep(2500)
+      expect((await cl.events(0, s.id)).length).toBe(log.length)
+      expect((await cl.lease(s.id)).runState).toBe('idle')
+      expect(cl.llm.requests(s.marker)).toHaveLength(3)
+      expect((await cl.api(1, 'POST', `/v1/sessions/${s.id}/followup`, { content: 'something else' })).status).toBe(202)
+      const after = await cl.waitForTurnEnd(1, s.id, 4)
+      expect(turnStarts(after).at(-1)).toEqual({ turn: 4 })
+      expect(turnEndOf(after, 4).data.reason).toEqual({ kind: 'completed' })
+      expectValidLog(after)
+    } finally {
+      for (const x of subs) x.close()
+    }
+  }, 120000)
 
   it('no continuation: the repair clears the cancel and the turn stays interrupted; a later followup runs as an ordinary turn', async () => {
     const s = await cl.createSession(0)
