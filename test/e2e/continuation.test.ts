@@ -206,7 +206,7 @@ describe.each(DB_KINDS)('SPEC §19 crash continuation across kill -9 on %s', (ki
     expectValidLog(log)
   }, 120000)
 
-  it('three kills in a row during the same work: two continuations, then agent/error CRASH_LOOP and no fourth turn by itself; a new followup still runs', async () => {
+  it('three kills in a row during the same work: two continuations, then the crash-loop limit (a crash-loop decision) and no fourth turn by itself; a new followup still runs', async () => {
     const s = await c.create()
     const hang = { chunks: ['partial'], hang: true }
     a.llm.script(s.marker, hang, hang, hang, { chunks: ['fresh answer'] })
