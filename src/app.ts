@@ -14,7 +14,8 @@ import { COMPACTOR, loadBuiltinPlugins, loadServerPlugins, type Compactor } from
 import { migrate, openDb, pruneIdempotency, schemaCurrent, type Db, type SessionRow } from './store/index.js'
 import { checkToolUrl, ToolRegistry } from './tools/index.js'
 import { WorkerHost } from './worker/index.js'
-import { Tenancy, type Clock } from './tenancy/index.js'
+import { Secrets, Tenancy, embeddedSecretKey, type Clock } from './tenancy/index.js'
+import { Deliverer, WebhookService, type DelivererOptions } from './webhooks/index.js'
 import { ApiError } from './errors.js'
 import { ensureEmbeddedTenant } from './embedded-tenant.js'
 import { pluginConfigError, preflight } from './preflight.js'
@@ -31,6 +32,9 @@ export interface App {
   publisher: Publisher
   metrics: Metrics
   tenancy: Tenancy
+  secrets: Secrets
+  webhooks: WebhookService
+  deliverer?: Deliverer
   host?: WorkerHost
   http?: FastifyInstance
   /** the listening address, when listening */
@@ -38,6 +42,15 @@ export interface App {
   /** the key printed on the first embedded start */
   firstKey?: string
   close(): Promise<void>
+}
+
+/**
+ * pino's redaction, a second fence behind code that never logs a secret (API.md §1, §13): request
+ * headers and any field that names a secret value or a header set are censored wherever they appear.
+ */
+export const LOG_REDACT = {
+  paths: ['headers', '*.headers', 'req.headers.authorization', 'value', '*.value', 'secret', '*.secret', 'apiKey', '*.apiKey', 'authorization', '*.authorization'],
+  censor: '[redacted]',
 }
 
 export interface StartOptions {
@@ -52,10 +65,14 @@ export interface StartOptions {
   plugins?: Array<(root: Context) => void>
   /** the clock of tenant budget periods (tests move it across a UTC day or month) */
   clock?: Clock
+  /** MCP tools/call timeout (tests; default 30 s) */
+  mcpCallTimeoutMs?: number
+  /** the webhook deliverer's schedule and timing (tests shrink them); deliver: false starts none */
+  webhooks?: Partial<DelivererOptions> & { deliver?: boolean }
 }
 
 export async function startApp(config: Config, o: StartOptions = {}): Promise<App> {
-  const log = o.log ?? pino({ level: config.logLevel, base: { pid: process.pid } })
+  const log = o.log ?? pino({ level: config.logLevel, base: { pid: process.pid }, redact: LOG_REDACT })
   // the whole configuration, models file and plugins included, is checked before anything is written
   const { llm, toolPolicy } = preflight(config, { log, ...(o.llm ?? {}) })
   const metrics = new Metrics()
@@ -77,6 +94,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     await migrate(db)
     let firstKey: string | undefined
     if (!config.databaseUrl && !o.db) firstKey = await ensureEmbeddedTenant(db, config.dataDir, log)
+    // API.md §13: the embedded database keeps its own key next to it; PostgreSQL needs AGENTD_SECRET_KEY
+    const secrets = new Secrets({ db, key: config.secretKey ?? (config.databaseUrl ? undefined : embeddedSecretKey(config.dataDir)) })
 
     let bus: Bus
     if (config.databaseUrl && db.kind === 'pg') {
@@ -115,6 +134,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       attempts,
       tenancy,
       continueAfterCrash: config.continueAfterCrash,
+      secrets,
+      ...(o.mcpCallTimeoutMs ? { mcpCallTimeoutMs: o.mcpCallTimeoutMs } : {}),
     }
     const host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
     metrics.gauge('agentd_leases_held', 'Session leases this process holds: the sessions it drives', () => host.size)
@@ -133,6 +154,18 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       return agent ? compactAgent(agent, root) : undefined
     })
     cleanup.push(offCommand)
+
+    // API.md §14: a deliverer in every process that drives sessions; commits here that may have
+    // written deliveries wake it, other processes' are found by its poll
+    const deliverer = config.role !== 'api' && o.webhooks?.deliver !== false ? new Deliverer({ db, log, metrics, policy: toolPolicy, options: o.webhooks }) : undefined
+    if (deliverer) {
+      deliverer.start()
+      cleanup.push(() => deliverer.stop())
+      cleanup.push(publisher.observe((_s, events) => {
+        if (events.some((e) => e.type === 'turn/end' || e.type === 'tool/call')) deliverer.wake()
+      }))
+    }
+    const webhooks = new WebhookService({ db, policy: toolPolicy, wake: () => deliverer?.wake() })
 
     const driver: DriverControl = {
       compact: async (row: SessionRow) => compactNow(host, bus, root, row, config.role === 'api'),
@@ -157,6 +190,9 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       publisher,
       metrics,
       tenancy,
+      secrets,
+      webhooks,
+      deliverer,
       host,
       firstKey,
       async close() {
@@ -167,7 +203,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         if (!o.db) await db.close()
       },
     }
-    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, tenancy, snapshot, driver, ready: () => schemaCurrent(db) })
+    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, tenancy, secrets, webhooks, snapshot, driver, ready: () => schemaCurrent(db) })
     if (o.listen !== false) {
       app.url = await app.http.listen({ port: config.port, host: config.host })
       log.info({ url: app.url, role: config.role, database: db.kind }, 'agentd listening')

@@ -28,6 +28,8 @@ export interface Config {
   shutdownGraceMs: number
   /** SPEC §19: crash continuations in a row before the crash-loop limit stops them; 0 turns them off */
   continueAfterCrash: number
+  /** AGENTD_SECRET_KEY (API.md §13): 32 bytes that seal tenant secrets */
+  secretKey?: Buffer
 }
 
 export class ConfigError extends Error {
@@ -49,6 +51,14 @@ function int(env: NodeJS.ProcessEnv, name: string, dflt: number, min: number, ma
   return v
 }
 
+/** AGENTD_SECRET_KEY as 32 bytes, or the reason it is not. */
+export function parseSecretKey(raw: string): Buffer | string {
+  const s = raw.trim()
+  if (!/^[A-Za-z0-9+/_-]+={0,2}$/.test(s)) return 'must be base64'
+  const key = Buffer.from(s.replace(/-/g, '+').replace(/_/g, '/'), 'base64')
+  return key.length === 32 ? key : `must be 32 bytes in base64, got ${key.length} bytes`
+}
+
 const list = (raw: string | undefined) => (raw ?? '').split(',').map((s) => s.trim()).filter(Boolean)
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -63,6 +73,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (role !== 'all' && !databaseUrl) throw new ConfigError(`AGENTD_ROLE=${role} needs DATABASE_URL: the embedded database belongs to a single process that runs both the API and the drivers`)
   const compactionModel = env.AGENTD_COMPACTION_MODEL || undefined
   if (compactionModel && !compactionModel.includes('/')) throw new ConfigError('AGENTD_COMPACTION_MODEL must be provider/modelId')
+  let secretKey: Buffer | undefined
+  if (env.AGENTD_SECRET_KEY) {
+    const k = parseSecretKey(env.AGENTD_SECRET_KEY)
+    // the reason only: the variable's value is a secret
+    if (typeof k === 'string') throw new ConfigError(`AGENTD_SECRET_KEY ${k}`)
+    secretKey = k
+  }
   return {
     port: int(env, 'PORT', 8080, 0, 65535),
     host: env.HOST || '127.0.0.1',
@@ -84,5 +101,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     bodyLimit: 1024 * 1024,
     shutdownGraceMs: int(env, 'AGENTD_SHUTDOWN_GRACE_MS', 10000, 0),
     continueAfterCrash: int(env, 'AGENTD_CONTINUE_AFTER_CRASH', 2, 0, 100),
+    ...(secretKey ? { secretKey } : {}),
   }
 }

@@ -8,6 +8,8 @@ import { follow, setConn } from './live.js'
 import { initSessions, refreshSessions, resetSessions } from './sessions.js'
 import { closeView, initView, openView } from './view.js'
 import { initUsage, refreshUsage } from './usage.js'
+import { initSecrets, refreshSecrets } from './secrets.js'
+import { initWebhooks, refreshWebhooks } from './webhooks.js'
 
 function hashSession() {
   const m = /^#session=(.+)$/.exec(location.hash)
@@ -57,6 +59,8 @@ function saveKey(e) {
   $('topbar').classList.remove('key-open')
   void refreshSessions()
   void refreshUsage()
+  void refreshSecrets()
+  void refreshWebhooks()
   route()
 }
 
@@ -79,6 +83,8 @@ function init() {
   initView({ onSessionGone: sessionGone })
   initComposer()
   initUsage()
+  initSecrets()
+  initWebhooks()
   window.addEventListener('hashchange', route)
   void refreshSessions()
   route()

@@ -5,6 +5,7 @@ import { expandRecords } from './api.js'
 import { reportError, soon, state } from './app.js'
 import { $, h, showError } from './dom.js'
 import { refreshInbox } from './inbox.js'
+import { mcpHeader, mcpUnavailable } from './mcp.js'
 import { refreshPending } from './pending.js'
 import { refreshSessionsSoon } from './sessions.js'
 import { renderEvent, stickToEnd, updateEmpty } from './transcript.js'
@@ -54,6 +55,9 @@ function onDurable(v, ev) {
     case 'agent/inbox/spliced':
       soon(v, 'inbox', refreshInbox)
       break
+    case 'request/header':
+      mcpHeader(v, ev)
+      break
   }
 }
 
@@ -84,6 +88,8 @@ function onFrame(v, name, d) {
       return soon(v, 'inbox', refreshInbox)
     case 'agent/error': {
       const err = d.error ?? {}
+      // an MCP server that could not be listed: the turn goes on without its tools (API.md §12)
+      if (err.code === 'MCP_UNAVAILABLE') return mcpUnavailable(v, d)
       return showError($('view-error'), `turn ${d.turn ?? '?'} failed: ${err.code ?? 'error'}: ${err.message ?? ''}`)
     }
     case 'stream/error':

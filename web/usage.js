@@ -1,6 +1,6 @@
 // The tenant's usage this month and its limits (API.md §15), in the sidebar: what its settled model
 // calls used (tokens, cost, calls), today's tokens, and each limit beside what it bounds. It reads
-// `GET /v1/usage` through a call of its own, with the console's key.
+// `GET /v1/usage` through the SDK's `request()`, with the console's key.
 
 import { state } from './app.js'
 import { $, h, showError } from './dom.js'
@@ -10,12 +10,9 @@ const n = (x) => Math.round(x ?? 0).toLocaleString()
 const usd = (x) => `$${(x ?? 0).toFixed(4)}`
 const tokens = (r) => r.inputTokens + r.outputTokens + r.cacheReadTokens + r.cacheWriteTokens
 
-/** GET /v1/usage by day for the current month: `{usage, limits}`, or a rejection with the API's message. */
-async function monthByDay(key) {
-  const res = await fetch('/v1/usage?groupBy=day', { headers: { authorization: `Bearer ${key}` } })
-  const body = await res.json().catch(() => undefined)
-  if (!res.ok) throw new Error(body?.error ? `${body.error.code}: ${body.error.message}` : `HTTP ${res.status}`)
-  return body
+/** GET /v1/usage by day for the current month, through the SDK: `{usage, limits}`, or a rejection with the API's message. */
+async function monthByDay() {
+  return state.client.request('GET', '/v1/usage?groupBy=day')
 }
 
 function row(label, value, title) {
@@ -50,14 +47,14 @@ export async function refreshUsage() {
   if (!key) return
   timer = setTimeout(() => void refreshUsage(), REFRESH_MS)
   try {
-    const answer = await monthByDay(key)
+    const answer = await monthByDay()
     if (key !== state.key) return // answered for a key no longer in use
     showError($('usage-error'), null)
     render(answer)
   } catch (e) {
     if (key !== state.key) return
     $('usage').replaceChildren()
-    showError($('usage-error'), e.message)
+    showError($('usage-error'), e)
   }
 }
 

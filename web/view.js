@@ -7,6 +7,7 @@ import { fmtUsage } from './format.js'
 import { lastTurnBadge } from './last-turn.js'
 import { refreshInbox } from './inbox.js'
 import { refreshPending } from './pending.js'
+import { resetMcp } from './mcp.js'
 import { listedStatus, renderSessions, upsertListed } from './sessions.js'
 import { resetTranscript, updateEmpty } from './transcript.js'
 
@@ -45,6 +46,7 @@ export function openView(id) {
   $('inbox').replaceChildren(h('p', { class: 'muted small', text: 'empty' }))
   $('pending-panel').toggleAttribute('data-empty', true)
   $('inbox-panel').toggleAttribute('data-empty', true)
+  resetMcp(v)
   setStatus(v, 'idle')
   renderSessions()
   void loadSession(v, { first: true })

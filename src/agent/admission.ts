@@ -6,6 +6,7 @@
 import { canonicalJson, jsonEqual, type Draft, type EpochHeader, type Json, type LlmCallConfig, type PreStepDecision, type SessionState, type ToolSchema } from '../session/index.js'
 import { splitModelRef, type PreparedCall } from '../llm/index.js'
 import { promptDraft, reconcile, systemNodes } from './prompt.js'
+import type { ToolSpec } from '../tools/index.js'
 import type { AgentSpec, Series } from './context.js'
 
 /** A step's proposal (SPEC §7.2–§7.4), kept for every attempt of the step (§10.3). */
@@ -13,6 +14,8 @@ export interface Proposal {
   decision: Extract<PreStepDecision, { kind: 'enter' }>
   rendered: string
   tools: ToolSchema[]
+  /** the MCP tools listed for this step (API.md §12), as ToolSpecs of execution type mcp */
+  mcpTools?: ToolSpec[]
 }
 
 export interface AdmissionInput {

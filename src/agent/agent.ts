@@ -11,7 +11,7 @@ import type { Hooks } from '../hooks/index.js'
 import { errorChain, hasPending, listOf, planClear, planDelivery, ROUTE_WAKES, toUserMessage, type AgentCancelCause, type DeliveryRoute, type Json, type MessageInput, type SessionState, type UserMessage } from '../session/index.js'
 import type { LeanRow, SessionRow, StoredEvent } from '../store/index.js'
 import type { LlmService } from '../llm/index.js'
-import type { HostPolicy, ToolRegistry } from '../tools/index.js'
+import { McpClients, type HostPolicy, type SecretResolver, type ToolRegistry } from '../tools/index.js'
 import type { Metrics } from '../metrics.js'
 import type { AgentSpec, Loop, LoopServices, Series, TenantGate } from './context.js'
 import { AGENT, Handles, type AgentHandle } from './handle.js'
@@ -39,6 +39,10 @@ export interface AgentDeps {
   tenancy?: TenantGate
   /** AGENTD_CONTINUE_AFTER_CRASH (SPEC §19.5) */
   continueAfterCrash: number
+  /** tenant secrets (API.md §13), resolved when a call is prepared or an MCP connection opens */
+  secrets?: { resolve(tenantId: string, names: readonly string[]): Promise<{ values: Map<string, string>; missing: string[] }> }
+  /** MCP tools/call timeout (default 30 s, the ToolSpec default) */
+  mcpCallTimeoutMs?: number
 }
 
 /** The driver's view of the process hosting it (worker/), passed down at construction. */
@@ -60,6 +64,8 @@ export class Agent implements Loop {
   readonly tenantId: string
   readonly series: Series
   readonly pending: PendingCalls
+  readonly mcp: McpClients
+  readonly secrets: SecretResolver
   readonly hooks: Hooks
   readonly services: LoopServices
   readonly logger: Logger
@@ -94,6 +100,9 @@ export class Agent implements Loop {
     // SPEC §8.7: the captured generation starts at attach
     this.series = { headerLogged: false, capturedGeneration: state.replaceGeneration }
     this.pending = new PendingCalls(d.sessionLog.db, row.key)
+    const tenantId = row.tenantId
+    this.secrets = (names) => (d.secrets ? d.secrets.resolve(tenantId, names) : Promise.resolve({ values: new Map(), missing: [...names] }))
+    this.mcp = new McpClients({ policy: d.toolPolicy, secrets: this.secrets, log: this.logger, callTimeoutMs: d.mcpCallTimeoutMs }, spec.mcpServers ?? [])
     // cordis services are looked up once: property access on a context goes through its proxy
     const root = d.root as unknown as { hooks: Hooks; tools: ToolRegistry; systemPrompt: SystemPromptService }
     this.hooks = root.hooks
@@ -305,6 +314,7 @@ export class Agent implements Loop {
     this.ended = true
     this.run.abort({ kind: 'disposed' })
     this.pending.releaseAll()
+    void this.mcp.close()
     this.host.leaseLost(this, e)
   }
 
@@ -368,6 +378,7 @@ export class Agent implements Loop {
     this.pending.releaseAll()
     while (this.run.activity) await this.run.activity.catch(() => {})
     this.watch.stop()
+    await this.mcp.close()
     this.notify('agent/disposed', {})
   }
 }

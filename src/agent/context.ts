@@ -9,7 +9,7 @@ import type { LlmService } from '../llm/index.js'
 import type { Metrics } from '../metrics.js'
 import { errorChain, type AgentCancelCause, type LlmFailure, type SessionState } from '../session/index.js'
 import type { Db, RowPatch, StoredEvent } from '../store/index.js'
-import type { HostPolicy, ToolRegistry, ToolSpec } from '../tools/index.js'
+import type { HostPolicy, McpClients, McpServerSpec, SecretResolver, ToolRegistry, ToolSpec } from '../tools/index.js'
 import { AbortedError } from './errors.js'
 import type { CommitResult, UnitBuilder } from './log.js'
 import type { SystemPromptService } from './prompt.js'
@@ -21,6 +21,8 @@ export interface AgentSpec {
   model: string
   system: string
   tools: ToolSpec[]
+  /** API.md §12, as of attach; the driver reads the current list before each step */
+  mcpServers?: McpServerSpec[]
   maxTokens?: number
   reasoningEffort?: string
 }
@@ -87,6 +89,10 @@ export interface Loop {
   nextRevision(): number
   /** calls waiting on a pending row, and their answers */
   readonly pending: PendingCalls
+  /** the session's MCP server connections (API.md §12) */
+  readonly mcp: McpClients
+  /** the tenant's secrets for `secret:NAME` header values (API.md §13) */
+  readonly secrets: SecretResolver
   /** The Agent handle a payload carries (API.md §11); per listening plugin through `bind`. */
   handle(plugin?: string): unknown
   readonly bind: (payload: unknown, plugin: string) => unknown

@@ -4,7 +4,7 @@
 
 import type { Logger } from 'pino'
 import { deepFreeze, lastTurnOf, ledgerEntries, LogError, sumUsage, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
-import { appendConditional, lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SideRow, type StoredEvent } from '../store/index.js'
+import { appendConditional, lockLean, readEvents, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SideRow, type StoredEvent, type WebhookEventType } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 
@@ -60,7 +60,7 @@ export interface SessionLogDeps {
 /**
  * What follows from a unit's events, whichever path writes them (the driver's units, crash repair):
  * the row's mirror of them (open turn, inbox projection, usage, last turn) and the side rows they imply (the
- * tenant's usage ledger, running-session slots). `state` has the events folded already.
+ * tenant's usage ledger, running-session slots, webhook deliveries of turn ends). `state` has the events folded already.
  */
 export function mirror(state: SessionState, added: readonly SessionEvent[], patch: RowPatch = {}): { patch: RowPatch; side: SideRow[] } {
   const p: RowPatch = { ...patch }
@@ -72,6 +72,8 @@ export function mirror(state: SessionState, added: readonly SessionEvent[], patc
     } else if (e.type === 'turn/end') {
       p.openTurn = null
       side.push({ kind: 'slot-free' })
+      const hook = turnEndWebhook(e)
+      if (hook) side.push(hook)
     } else if (e.type === 'agent/inbox/spliced') p.inbox = state.inbox
   }
   const usage = sumUsage(added)
@@ -84,6 +86,21 @@ export function mirror(state: SessionState, added: readonly SessionEvent[], patc
   })
   if (entries.length) side.push({ kind: 'usage', entries })
   return { patch: p, side }
+}
+
+/** API.md §14: the webhook type each turn end reason reports (a blocked turn reports none). */
+const TURN_END_WEBHOOK: Record<string, WebhookEventType | undefined> = {
+  completed: 'turn.completed',
+  'max-tokens': 'turn.completed',
+  error: 'turn.failed',
+  aborted: 'turn.cancelled',
+  interrupted: 'turn.interrupted',
+}
+
+function turnEndWebhook(e: SessionEvent): SideRow | undefined {
+  const data = e.data as { turn: number; reason: { kind: string } }
+  const type = TURN_END_WEBHOOK[data.reason.kind]
+  return type && { kind: 'webhook', event: { type, turn: data.turn, seq: e.seq, time: e.time, extra: { reason: data.reason } } }
 }
 
 export class SessionLog {

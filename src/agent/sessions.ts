@@ -5,6 +5,7 @@ import crypto from 'node:crypto'
 import { ApiError, badRequest, type ErrorDetail } from '../errors.js'
 import { assertLosslessJson, canonicalJson, emptyInbox, foldInbox, lastTurnOf, planClear, publicStatus, sumUsage, type Draft, type JsonObject, type SessionEvent, type SplicedData, type TurnEndReason, type UsageTotals } from '../session/index.js'
 import { copyLogPrefix, getSession, insertSession, lockSession, readEvents, stamp, writeEvents, type Db, type SessionRow, type SessionSpec } from '../store/index.js'
+import { headerProblem } from '../tools/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 
@@ -57,6 +58,19 @@ export interface CreateBody {
   maxTokens?: number
   reasoningEffort?: string
   metadata?: JsonObject
+  mcpServers?: JsonObject[]
+}
+
+/** API.md §12: at most this many MCP servers per session */
+export const MAX_MCP_SERVERS = 16
+
+function headerDetails(headers: Record<string, unknown>, at: string): ErrorDetail[] {
+  const out: ErrorDetail[] = []
+  for (const [k, v] of Object.entries(headers)) {
+    const why = headerProblem(k, v)
+    if (why) out.push({ path: `${at}.${k}`, message: why })
+  }
+  return out
 }
 
 export const newSessionId = () => `ses_${crypto.randomBytes(12).toString('base64url')}`
@@ -76,8 +90,9 @@ export class Sessions {
       const at = `body.tools[${i}]`
       if (names.has(s.name)) details.push({ path: `${at}.name`, message: `duplicate tool name ${s.name}` })
       names.add(s.name)
-      const ex = s.execution as { type: string; url?: string; timeoutMs?: number }
-      if (ex.type !== 'http' && (ex.url !== undefined || ex.timeoutMs !== undefined)) details.push({ path: `${at}.execution`, message: 'url and timeoutMs belong to execution type http' })
+      const ex = s.execution as { type: string; url?: string; timeoutMs?: number; headers?: Record<string, unknown> }
+      if (ex.type !== 'http' && (ex.url !== undefined || ex.timeoutMs !== undefined || ex.headers !== undefined)) details.push({ path: `${at}.execution`, message: 'url, timeoutMs and headers belong to execution type http' })
+      if (ex.headers) details.push(...headerDetails(ex.headers, `${at}.execution.headers`))
       const spec: Record<string, unknown> = { name: s.name }
       if (ex.type === 'builtin') {
         const reg = this.d.tools.builtin(s.name)
@@ -106,6 +121,24 @@ export class Sessions {
     return out
   }
 
+  /** Validates MCP servers (API.md §12): unique names, a URL the address guard allows, well-formed headers. */
+  async validateMcpServers(servers: JsonObject[], field = 'body.mcpServers'): Promise<JsonObject[]> {
+    const details: ErrorDetail[] = []
+    const names = new Set<string>()
+    if (servers.length > MAX_MCP_SERVERS) details.push({ path: field, message: `at most ${MAX_MCP_SERVERS} MCP servers` })
+    for (let i = 0; i < servers.length; i++) {
+      const s = servers[i] as Record<string, any>
+      const at = `${field}[${i}]`
+      if (names.has(s.name)) details.push({ path: `${at}.name`, message: `duplicate MCP server name ${s.name}` })
+      names.add(s.name)
+      const reason = await this.d.tools.checkUrl(s.url)
+      if (reason) details.push({ path: `${at}.url`, message: reason })
+      if (s.headers) details.push(...headerDetails(s.headers, `${at}.headers`))
+    }
+    if (details.length) throw badRequest(details[0].message, details)
+    return servers.map((s) => structuredClone(s))
+  }
+
   /** POST /v1/sessions: 201 a new session, 200 the existing one for a repeated identical create. */
   async create(tenantId: string, body: CreateBody): Promise<{ row: SessionRow; created: boolean }> {
     try {
@@ -116,7 +149,8 @@ export class Sessions {
     const model = body.model ?? this.d.models.defaultModel
     if (!this.d.models.resolveModel(model)) throw new ApiError('model-unavailable', `model ${model} does not resolve (models file, then the pi-ai catalogue)`)
     const tools = await this.validateTools(body.tools ?? [])
-    const spec: SessionSpec = { model, system: body.system ?? '', tools, metadata: body.metadata ?? {} }
+    const mcpServers = await this.validateMcpServers(body.mcpServers ?? [])
+    const spec: SessionSpec = { model, system: body.system ?? '', tools, mcpServers, metadata: body.metadata ?? {} }
     if (body.maxTokens !== undefined) spec.maxTokens = body.maxTokens
     if (body.reasoningEffort !== undefined) spec.reasoningEffort = body.reasoningEffort
     const createHash = crypto.createHash('sha256').update(canonicalJson(body)).digest('hex')
@@ -157,7 +191,7 @@ export class Sessions {
     const lastTurn = lastTurnOf(prefix)
     const now = Date.now()
     const child = await this.d.db.transaction(async (tx) => {
-      const spec: SessionSpec = { model: source.model, system: source.system, tools: source.tools, metadata: source.metadata }
+      const spec: SessionSpec = { model: source.model, system: source.system, tools: source.tools, mcpServers: source.mcpServers, metadata: source.metadata }
       if (source.maxTokens !== undefined) spec.maxTokens = source.maxTokens
       if (source.reasoningEffort !== undefined) spec.reasoningEffort = source.reasoningEffort
       const id = newSessionId()

@@ -9,6 +9,8 @@ import type { TurnContext } from './context.js'
 import { TurnLlmError } from './errors.js'
 import { canonicalTools, renderPrompt, snapshotCandidate, type PromptAssembly, type PromptSection } from './prompt.js'
 import { runTools } from './tool-effects.js'
+import { readMcpServers } from '../store/index.js'
+import type { McpServerSpec, ToolSpec } from '../tools/index.js'
 
 export type StepResult = 'completed' | 'max-tokens' | 'continue'
 
@@ -29,10 +31,11 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
     for (const message of claimed) tc.notify('agent/inbox/claimed', { message, turn: tc.turn })
   }
   const sp = loop.services.systemPrompt
+  const mcpTools = await listMcpTools(tc, proposed)
   const base: PromptAssembly = {
     sections: [{ name: 'session', text: loop.spec.system, literal: true }, ...sp.sections.map((s) => ({ ...s }))],
     contexts: sp.contexts.map((c) => ({ name: c.name, text: typeof c.text === 'function' ? String(c.text()) : c.text })),
-    tools: sessionTools(tc),
+    tools: [...sessionTools(tc), ...mcpTools.map((t) => ({ name: t.name, description: t.description ?? '', parameters: t.parameters as ToolSchema['parameters'] }))],
     variables: {},
   }
   const assembly = await tc.hooks.runWaterfall<PromptAssembly>('system-prompt/assemble', base, (a) => a, { rest: [{ agent: loop.handle(), turn: tc.turn, step: proposed, signal: tc.signal }] })
@@ -47,7 +50,28 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
     { bind: loop.bind },
   )
   const checked = checkDecision(decision)
-  return checked.kind === 'reject' ? 'rejected' : { decision: checked, rendered, tools }
+  return checked.kind === 'reject' ? 'rejected' : { decision: checked, rendered, tools, mcpTools }
+}
+
+/**
+ * API.md §12: before the step's request, the tools of the session's MCP servers (the list as it stands
+ * now: PATCH replaces it). A server that cannot be listed contributes none and, once per outage, is an
+ * agent/error MCP_UNAVAILABLE; the turn goes on.
+ */
+async function listMcpTools(tc: TurnContext, step: number): Promise<ToolSpec[]> {
+  const { loop } = tc
+  const current = await readMcpServers(loop.services.db, loop.key)
+  if (current) loop.mcp.setServers(current as unknown as McpServerSpec[])
+  if (!loop.mcp.servers.length) return []
+  const { tools, outages } = await loop.mcp.listTools(tc.signal)
+  tc.abort.check()
+  for (const o of outages) {
+    loop.logger.warn({ turn: tc.turn, step, server: o.server, err: o.message }, 'MCP server unavailable')
+    tc.notify('agent/error', { turn: tc.turn, step, code: 'MCP_UNAVAILABLE', server: o.server, error: { code: 'MCP_UNAVAILABLE', message: o.message, server: o.server } })
+  }
+  // a session tool of the same name wins (names are unique in a request)
+  const own = new Set(loop.spec.tools.map((t) => t.name))
+  return tools.filter((t) => !own.has(t.name))
 }
 
 /** The final pre-step decision is authoritative but must be well formed. */
@@ -83,7 +107,7 @@ export async function runStep(tc: TurnContext, proposal: Proposal): Promise<Step
     if (r.kind === 'message') {
       const calls = r.message.content.filter((b): b is ToolCallBlock => b.type === 'tool-call')
       if (!calls.length) return r.finish === 'max-tokens' ? 'max-tokens' : 'completed'
-      const { concludes } = await runTools(tc, calls)
+      const { concludes } = await runTools(tc, calls, proposal.mcpTools ?? [])
       return concludes ? 'completed' : 'continue'
     }
     // SPEC §10.1 / §18.3: cancellation beats recovery

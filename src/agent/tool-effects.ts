@@ -4,20 +4,24 @@
 // pipeline that decides them is tools/pipeline.ts.
 
 import { planSplice, type Json, type ToolCallBlock } from '../session/index.js'
-import { runToolCalls, toolResultDraft, type ToolEffects, type ToolEnv } from '../tools/index.js'
+import { runToolCalls, toolResultDraft, type ToolEffects, type ToolEnv, type ToolSpec } from '../tools/index.js'
+import type { SideRow } from '../store/index.js'
 import type { TurnContext } from './context.js'
 
 /** Runs a settled message's tool calls in the open step; reports whether a result concludes the turn. */
-export function runTools(tc: TurnContext, calls: ToolCallBlock[]): Promise<{ concludes: boolean }> {
-  return runToolCalls(calls, toolEnv(tc), toolEffects(tc))
+export function runTools(tc: TurnContext, calls: ToolCallBlock[], mcpTools: readonly ToolSpec[] = []): Promise<{ concludes: boolean }> {
+  return runToolCalls(calls, toolEnv(tc, mcpTools), toolEffects(tc))
 }
 
-function toolEnv(tc: TurnContext): ToolEnv {
+/** The step's tools: the session's ToolSpecs, then the MCP tools listed for this step (API.md §12). */
+function toolEnv(tc: TurnContext, mcpTools: readonly ToolSpec[]): ToolEnv {
   const { loop } = tc
   return {
     sessionId: loop.id,
     signal: tc.signal,
-    specs: loop.spec.tools,
+    specs: mcpTools.length ? [...loop.spec.tools, ...mcpTools] : loop.spec.tools,
+    mcp: loop.mcp,
+    secrets: loop.secrets,
     registry: loop.services.registry,
     hooks: tc.hooks,
     handle: (plugin) => loop.handle(plugin),
@@ -28,6 +32,11 @@ function toolEnv(tc: TurnContext): ToolEnv {
     log: loop.logger.child({ turn: tc.turn, step: tc.step }),
     executed: (kind, started) => loop.services.metrics?.toolExecuted(kind, started),
   }
+}
+
+/** API.md §14: a call became pending — a delivery for the tenant's webhooks rides with its pending row. */
+function requiresAction(turn: number, at: { seq: number; time: number }, p: { callId: string; name: string }, kind: 'client' | 'approval'): SideRow {
+  return { kind: 'webhook', event: { type: 'session.requires_action', turn, seq: at.seq, time: at.time, extra: { pending: [{ callId: p.callId, name: p.name, kind }] } } }
 }
 
 function toolEffects(tc: TurnContext): ToolEffects {
@@ -41,14 +50,20 @@ function toolEffects(tc: TurnContext): ToolEffects {
       const r = await tc.log.commit<number>((u) => {
         const e = u.add(callDraft(p))
         // SPEC §18.10: a client call waits on a pending row written with its tool/call
-        if (client) u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'client', name: p.name, arguments: p.rawArguments } })
+        if (client) {
+          u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'client', name: p.name, arguments: p.rawArguments } })
+          u.side(requiresAction(turn, e, p, 'client'))
+        }
         return { value: e.seq }
       })
       if (client) pending.opened(p.callId)
       return r.value
     },
-    async openApproval(p) {
-      await tc.log.commit((u) => u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments } }))
+    async openApproval(p, callSeq) {
+      await tc.log.commit((u) => {
+        u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments } })
+        u.side(requiresAction(turn, { seq: callSeq, time: Date.now() }, p, 'approval'))
+      })
       pending.opened(p.callId)
     },
     waitAnswer: (callId, kind) => pending.wait(callId, kind, tc.signal),

@@ -19,6 +19,8 @@ import { streamRoutes } from './streams.js'
 import { toolRoutes } from './tools.js'
 import { limitRoutes } from './limits.js'
 import { usageRoutes } from './usage.js'
+import { secretRoutes } from './secrets.js'
+import { webhookRoutes } from './webhooks.js'
 import { collectRoutes, type RouteDoc } from './openapi.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
@@ -68,6 +70,8 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(toolRoutes, deps)
       await v1.register(limitRoutes, deps)
       await v1.register(usageRoutes, deps)
+      await v1.register(secretRoutes, deps)
+      await v1.register(webhookRoutes, deps)
     }, { prefix: '/v1' })
   }
   return app

@@ -7,7 +7,8 @@ import type { Intake, Sessions } from '../agent/index.js'
 import type { Feeds, LiveFrame } from '../bus/index.js'
 import type { Metrics } from '../metrics.js'
 import type { Db, Principal, SessionRow } from '../store/index.js'
-import type { Tenancy } from '../tenancy/index.js'
+import type { Secrets, Tenancy } from '../tenancy/index.js'
+import type { WebhookService } from '../webhooks/index.js'
 
 /** What HTTP needs from the rest of the server; nothing below http/ knows about HTTP. */
 export interface HttpDeps {
@@ -20,6 +21,10 @@ export interface HttpDeps {
   metrics: Metrics
   /** tenant limits and usage (API.md §15) */
   tenancy: Tenancy
+  /** tenant secrets (API.md §13) */
+  secrets: Secrets
+  /** the tenant's webhooks (API.md §14) */
+  webhooks?: WebhookService
   /** the in-flight attempt's snapshot frame for late subscribers (API.md §6), if any */
   snapshot(sessionKey: string): LiveFrame | undefined
   /** the driver side: manual compaction, deletion, fork checks */

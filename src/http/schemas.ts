@@ -16,6 +16,9 @@ export const ImageBlock = Type.Object(
 export const InputBlock = Type.Object({ type: Type.String() }, { additionalProperties: true, description: 'a text {type:"text", text} or image {type:"image", mimeType, data | url} block' })
 export const Content = Type.Union([Type.String(), Type.Array(InputBlock)], { description: 'text, or content blocks' })
 
+/** API.md §12–§13: header values are literals or `secret:NAME`; names and references are checked by the session code, which names the header */
+export const Headers = Type.Object({}, { additionalProperties: Type.String({ maxLength: 8192 }), maxProperties: 64, description: 'header name → a literal value or secret:NAME (a tenant secret, resolved when a call is prepared)' })
+
 export const ToolSpec = Type.Object(
   {
     name: Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' }),
@@ -26,6 +29,7 @@ export const ToolSpec = Type.Object(
         type: Type.Union([Type.Literal('http'), Type.Literal('client'), Type.Literal('builtin')]),
         url: Type.Optional(Type.String({ maxLength: 2048 })),
         timeoutMs: Type.Optional(Type.Integer({ minimum: 1, maximum: 3600000 })),
+        headers: Type.Optional(Headers),
       },
       { additionalProperties: false },
     ),
@@ -34,6 +38,18 @@ export const ToolSpec = Type.Object(
   },
   { additionalProperties: false },
 )
+
+export const McpServer = Type.Object(
+  {
+    name: Type.String({ pattern: '^[A-Za-z0-9_-]{1,32}$', description: 'unique within the session; its tools are named <name>__<tool>' }),
+    url: Type.String({ maxLength: 2048, description: 'the streamable HTTP endpoint; under the address guard (AGENTD_TOOL_HOSTS)' }),
+    headers: Type.Optional(Headers),
+    tools: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 256 }), { maxItems: 512, description: "allow-list of the server's tool names" })),
+    approval: Type.Optional(Type.Union([Type.Literal('never'), Type.Literal('always')], { description: 'applies to every tool of the server' })),
+  },
+  { additionalProperties: false },
+)
+const McpServers = Type.Array(McpServer, { maxItems: 16 })
 
 export const ReasoningEffort = Type.Union(['minimal', 'low', 'medium', 'high', 'xhigh'].map((x) => Type.Literal(x)))
 
@@ -46,12 +62,13 @@ export const CreateSessionBody = Type.Object(
     maxTokens: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000000 })),
     reasoningEffort: Type.Optional(ReasoningEffort),
     metadata: Type.Optional(Metadata),
+    mcpServers: Type.Optional(McpServers),
   },
   { additionalProperties: false },
 )
 
 export const PatchSessionBody = Type.Object(
-  { title: Type.Optional(Type.Union([Type.String({ maxLength: 500 }), Type.Null()])), metadata: Type.Optional(Metadata) },
+  { title: Type.Optional(Type.Union([Type.String({ maxLength: 500 }), Type.Null()])), metadata: Type.Optional(Metadata), mcpServers: Type.Optional(McpServers) },
   { additionalProperties: false },
 )
 
@@ -180,6 +197,13 @@ export const UsageRow = Type.Object({
 })
 export const UsageAnswer = Type.Object({ usage: Type.Array(UsageRow), limits: Limits })
 
+// API.md §13: tenant secrets
+export const SecretName = Type.String({ pattern: '^[A-Z0-9_]{1,64}$', description: 'upper-case letters, digits and _' })
+export const SecretParams = Type.Object({ name: SecretName })
+export const PutSecretBody = Type.Object({ value: Type.String({ maxLength: 16384, description: 'at most 16 KiB; stored encrypted, never shown again' }) }, { additionalProperties: false })
+export const SecretInfo = Type.Object({ name: Type.String(), createdAt: Type.String({ format: 'date-time' }), updatedAt: Type.String({ format: 'date-time' }) })
+export const SecretList = Type.Object({ secrets: Type.Array(SecretInfo) })
+
 export const ErrorCode = Type.Union(ERROR_CODES.map((c) => Type.Literal(c)), { description: 'API.md §10' })
 export const ErrorDetail = Type.Object({ path: Type.String(), message: Type.String() })
 export const ErrorBody = Type.Object({
@@ -205,6 +229,8 @@ export const COMPONENTS: Record<string, TSchema> = {
   LlmFailure,
   Metadata,
   ToolSpec,
+  Headers,
+  McpServer,
   ReasoningEffort,
   CreateSessionBody,
   PatchSessionBody,
@@ -239,9 +265,48 @@ export const COMPONENTS: Record<string, TSchema> = {
   TenantLimitsAnswer,
   UsageRow,
   UsageAnswer,
+  PutSecretBody,
+  SecretInfo,
+  SecretList,
   ErrorCode,
   ErrorDetail,
   ErrorBody,
 }
 
 export type { TSchema }
+
+// API.md §14 webhooks
+const WebhookEventType = Type.String({ minLength: 1, maxLength: 100, description: 'turn.completed, turn.failed, turn.cancelled, turn.interrupted or session.requires_action' })
+export const CreateWebhookBody = Type.Object(
+  {
+    url: Type.String({ minLength: 1, maxLength: 2000, description: 'http or https; under the address guard of http tools (AGENTD_TOOL_HOSTS)' }),
+    events: Type.Array(WebhookEventType, { minItems: 1, maxItems: 20 }),
+    description: Type.Optional(Type.String({ maxLength: 1000 })),
+  },
+  { additionalProperties: false },
+)
+const webhookFields = {
+  id: Type.String(),
+  url: Type.String(),
+  events: Type.Array(Type.String()),
+  description: Type.Union([Type.String(), Type.Null()]),
+}
+export const Webhook = Type.Object({ ...webhookFields, createdAt: Type.String({ format: 'date-time' }) })
+export const CreatedWebhook = Type.Object({ ...webhookFields, secret: Type.String({ description: 'whsec_ + base64 of the signing key; shown only in this answer' }), createdAt: Type.String({ format: 'date-time' }) })
+export const WebhookList = Type.Object({ webhooks: Type.Array(Webhook) })
+export const WebhookParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) })
+export const DeliveriesQuery = Type.Object({ limit: Type.Optional(Type.String({ pattern: '^[0-9]{1,3}$', description: '1 to 100, default 20' })) }, { additionalProperties: false })
+export const WebhookDelivery = Type.Object({
+  id: Type.String({ description: 'also the webhook-id header, the same on every retry' }),
+  type: Type.String(),
+  sessionId: Type.Union([Type.String(), Type.Null()]),
+  seq: Type.Union([Type.Integer(), Type.Null()]),
+  status: Type.Union([Type.Literal('pending'), Type.Literal('delivered'), Type.Literal('failed')]),
+  attempts: Type.Integer(),
+  lastStatus: Type.Optional(Type.Integer()),
+  lastError: Type.Optional(Type.String()),
+  nextAttemptAt: Type.Optional(Type.String({ format: 'date-time' })),
+  deliveredAt: Type.Optional(Type.String({ format: 'date-time' })),
+})
+export const DeliveryList = Type.Object({ deliveries: Type.Array(WebhookDelivery) })
+export const PingAnswer = Type.Object({ deliveryId: Type.String() })

@@ -36,7 +36,7 @@ export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promi
   })
 
   app.patch('/sessions/:id', { config: { session: true }, schema: { operationId: 'updateSession', summary: 'Set title and metadata', params: S.SessionParams, body: S.PatchSessionBody, response: { 200: S.SessionObject, ...err } } }, async (req, reply) => {
-    const body = req.body as { title?: string | null; metadata?: JsonObject }
+    const body = req.body as { title?: string | null; metadata?: JsonObject; mcpServers?: JsonObject[] }
     if (body.metadata !== undefined) {
       try {
         assertLosslessJson(body.metadata)
@@ -44,8 +44,10 @@ export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promi
         throw badRequest(`metadata is not lossless JSON: ${(e as Error).message}`)
       }
     }
+    // API.md §12: PATCH replaces the list; the driver reads it before its next step
+    const mcpServers = body.mcpServers === undefined ? undefined : await deps.sessions.validateMcpServers(body.mcpServers)
     const s = sessionOf(req)
-    await patchSession(deps.db, s.key, body)
+    await patchSession(deps.db, s.key, { ...body, ...(mcpServers ? { mcpServers } : {}) })
     const row = await getSession(deps.db, req.principal!.tenantId, s.id)
     if (!row) throw sessionNotFound(s.id)
     return reply.type('application/json').send(json(sessionObject(row)))

@@ -7,12 +7,15 @@ export interface SessionSpec {
   model: string
   system: string
   tools: JsonObject[]
+  /** API.md §12: the session's MCP servers (none when absent) */
+  mcpServers?: JsonObject[]
   maxTokens?: number
   reasoningEffort?: string
   metadata: JsonObject
 }
 
 export interface SessionRow extends SessionSpec {
+  mcpServers: JsonObject[]
   key: string
   tenantId: string
   id: string
@@ -38,7 +41,7 @@ export interface SessionRow extends SessionSpec {
 
 export const COLUMNS = `key, tenant_id, id, title, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at,
   next_seq, last_time, updated_at, open_turn, run_state, cancel_pending, wake_latched, lease_owner, lease_token, lease_expires_at,
-  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, last_turn, continue_turn`
+  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, last_turn, continue_turn, mcp_servers`
 
 export type Raw = Record<string, unknown>
 
@@ -51,6 +54,7 @@ export function toRow(r: Raw): SessionRow {
     model: r.model as string,
     system: r.system as string,
     tools: JSON.parse(r.tools as string),
+    mcpServers: JSON.parse((r.mcp_servers as string | undefined) ?? '[]'),
     metadata: JSON.parse(r.metadata as string),
     createHash: r.create_hash as string,
     createdAt: Number(r.created_at),

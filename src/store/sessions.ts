@@ -20,11 +20,11 @@ export interface NewSession extends SessionSpec {
 /** Inserts a session; returns null when the (tenant, id) pair exists already. */
 export async function insertSession(db: Queryable, s: NewSession): Promise<SessionRow | null> {
   const { rows } = await db.query<Raw>(
-    `INSERT INTO sessions (key, tenant_id, id, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
+    `INSERT INTO sessions (key, tenant_id, id, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at, updated_at, mcp_servers)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12)
      ON CONFLICT (tenant_id, id) DO NOTHING
      RETURNING ${COLUMNS}`,
-    [s.key, s.tenantId, s.id, s.model, s.system, JSON.stringify(s.tools), s.maxTokens ?? null, s.reasoningEffort ?? null, JSON.stringify(s.metadata), s.createHash, s.createdAt],
+    [s.key, s.tenantId, s.id, s.model, s.system, JSON.stringify(s.tools), s.maxTokens ?? null, s.reasoningEffort ?? null, JSON.stringify(s.metadata), s.createHash, s.createdAt, JSON.stringify(s.mcpServers ?? [])],
   )
   return rows[0] ? toRow(rows[0]) : null
 }
@@ -127,7 +127,13 @@ export async function listSessions(db: Queryable, tenantId: string, limit: numbe
   return { sessions: list, nextCursor: more ? encodeCursor(list[list.length - 1]) : null }
 }
 
-export async function patchSession(db: Queryable, key: string, patch: { title?: string | null; metadata?: Json }): Promise<void> {
+/** A session's MCP servers as they stand now (PATCH replaces them; the driver reads them before each step). */
+export async function readMcpServers(db: Queryable, key: string): Promise<Json[] | undefined> {
+  const { rows } = await db.query<{ mcp_servers: string }>('SELECT mcp_servers FROM sessions WHERE key = $1', [key])
+  return rows[0] ? (JSON.parse(rows[0].mcp_servers) as Json[]) : undefined
+}
+
+export async function patchSession(db: Queryable, key: string, patch: { title?: string | null; metadata?: Json; mcpServers?: Json[] }): Promise<void> {
   const sets: string[] = []
   const params: unknown[] = [key]
   if (patch.title !== undefined) {
@@ -137,6 +143,10 @@ export async function patchSession(db: Queryable, key: string, patch: { title?: 
   if (patch.metadata !== undefined) {
     params.push(JSON.stringify(patch.metadata))
     sets.push(`metadata = $${params.length}`)
+  }
+  if (patch.mcpServers !== undefined) {
+    params.push(JSON.stringify(patch.mcpServers))
+    sets.push(`mcp_servers = $${params.length}`)
   }
   if (sets.length) await db.query(`UPDATE sessions SET ${sets.join(', ')} WHERE key = $1`, params)
 }

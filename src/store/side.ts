@@ -1,6 +1,6 @@
 // Side rows (DESIGN.md §3 "Side rows ride in the commit"): what must exist exactly when a unit's
 // events are durable — a pending call (SPEC §18.10), an idempotency record (API.md §5), the usage
-// ledger and a running-session slot (API.md §15). Callers name
+// ledger and a running-session slot (API.md §15), a webhook delivery (API.md §14). Callers name
 // them; store/ writes them in the SAME statement as the events on the fast path (CTEs conditioned on
 // the row move) and in the SAME transaction on the locked path. A new kind is one member of SideRow
 // plus one statement builder in SIDE_SQL.
@@ -10,6 +10,7 @@ import { idempotencySql, type IdempotencyRecord } from './idempotency.js'
 import { pendingDeleteSql, pendingInsertSql, type PendingKind } from './pending.js'
 import { slotFreeSql, slotTakeGuard, slotTakeSql, takeSlotLocked } from './slots.js'
 import { usageSql } from './usage.js'
+import { webhookSql, type WebhookEvent } from './webhooks.js'
 import type { LedgerEntry } from '../session/index.js'
 
 export type SideRow =
@@ -22,6 +23,8 @@ export type SideRow =
   /** turn/start takes a running-session slot, turn/end frees it (API.md §15) */
   | { kind: 'slot-take' }
   | { kind: 'slot-free' }
+  /** a delivery for each of the tenant's webhooks subscribed to the event (API.md §14) */
+  | { kind: 'webhook'; event: WebhookEvent }
 
 /**
  * Data-modifying statements on session `$1` (one, or several in order), run only when the SQL
@@ -37,6 +40,7 @@ const SIDE_SQL: { [K in SideRow['kind']]: SideSql<Extract<SideRow, { kind: K }>>
   usage: (r, params, when) => usageSql(r.entries, params, when),
   'slot-take': (_r, params, when) => slotTakeSql(params, when),
   'slot-free': (_r, _params, when) => slotFreeSql(when),
+  webhook: (r, params, when) => webhookSql(r.event, params, when),
 }
 
 /** Conditions a kind puts on the fast path's row move: when one fails, the unit takes the locked path. */

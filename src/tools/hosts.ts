@@ -311,3 +311,34 @@ export async function checkToolUrl(url: string, policy: HostPolicy, resolve: Res
   }
   return null
 }
+
+/** Marks the error a guarded lookup raises for a refused address, so it is told apart from DNS failures. */
+export class RefusedAddress extends Error {}
+
+/**
+ * A socket `lookup` that resolves once and checks every address before the socket connects, so a
+ * name that re-resolves to a refused address after an earlier check (DNS rebinding) is caught. Node
+ * connects to an IP literal without calling `lookup`: callers check a literal themselves.
+ */
+export function guardedLookup(policy: HostPolicy, hostname: string, port: number, resolve: Resolver = defaultResolver): net.LookupFunction {
+  return (name, options, callback) => {
+    resolve(name).then(
+      (found) => {
+        const want = options.family === 4 || options.family === 'IPv4' ? 4 : options.family === 6 || options.family === 'IPv6' ? 6 : 0
+        const addrs = found.map((address) => ({ address, family: net.isIP(address) })).filter((a) => a.family !== 0 && (want === 0 || a.family === want))
+        if (addrs.length === 0) {
+          const err: NodeJS.ErrnoException = new Error(`getaddrinfo ENOTFOUND ${name}`)
+          err.code = 'ENOTFOUND'
+          return callback(err, options.all ? [] : '')
+        }
+        for (const a of addrs) {
+          const why = policy.check(hostname, port, a.address)
+          if (why !== null) return callback(new RefusedAddress(why), options.all ? [] : '')
+        }
+        if (options.all) callback(null, addrs)
+        else callback(null, addrs[0]!.address, addrs[0]!.family)
+      },
+      (err: NodeJS.ErrnoException) => callback(err, options.all ? [] : ''),
+    )
+  }
+}

@@ -5,7 +5,8 @@ import http from 'node:http'
 import https from 'node:https'
 import net from 'node:net'
 import type { ContentBlock } from '../session/index.js'
-import { defaultResolver, type HostPolicy, type Resolver } from './hosts.js'
+import { scrub } from './headers.js'
+import { defaultResolver, guardedLookup, RefusedAddress, type HostPolicy, type Resolver } from './hosts.js'
 
 export const DEFAULT_HTTP_TOOL_TIMEOUT_MS = 30000
 export const MAX_TOOL_RESPONSE_BYTES = 10 * 1024 * 1024
@@ -33,20 +34,21 @@ export interface HttpToolCall {
   policy: HostPolicy
   /** Name resolution (tests inject one); default `dns.lookup` with `all: true`. */
   resolve?: Resolver
+  /** extra request headers (secrets resolved); they never override content-type, content-length or accept */
+  headers?: Record<string, string>
+  /** secret values among the headers: scrubbed from every error text */
+  secrets?: readonly string[]
   /** Answer body cap; default 10 MiB. */
   maxResponseBytes?: number
 }
 
-function failure(code: string, reason: string, name = 'ToolError'): HttpToolOutcome {
+function failure(code: string, reason: string, name = 'ToolError', secrets: readonly string[] = []): HttpToolOutcome {
   // results are one line: collapse whatever a socket error message carried
-  const text = `Error: ${reason}`.replace(/\s+/g, ' ').trim().slice(0, 500)
+  const text = scrub(`Error: ${reason}`, secrets).replace(/\s+/g, ' ').trim().slice(0, 500)
   return { content: [{ type: 'text', text }], isError: true, error: { name, code } }
 }
 
 const BAD_RESULT = () => failure('TOOL_BAD_RESULT', 'tool answered an invalid result')
-
-/** Marks the error our lookup raises for a refused address, so it is told apart from DNS failures. */
-class RefusedAddress extends Error {}
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v)
@@ -128,28 +130,8 @@ export function callHttpTool(o: HttpToolCall): Promise<HttpToolOutcome> {
     if (why !== null) return Promise.resolve(failure('TOOL_ERROR', `tool address refused: ${why}`))
   }
 
-  // Resolves once and checks every address before the socket connects, so a name that re-resolves to a
-  // refused address between session creation and this call (DNS rebinding) is caught.
-  const lookup: net.LookupFunction = (name, options, callback) => {
-    resolve(name).then(
-      (found) => {
-        const want = options.family === 4 || options.family === 'IPv4' ? 4 : options.family === 6 || options.family === 'IPv6' ? 6 : 0
-        const addrs = found.map((address) => ({ address, family: net.isIP(address) })).filter((a) => a.family !== 0 && (want === 0 || a.family === want))
-        if (addrs.length === 0) {
-          const err: NodeJS.ErrnoException = new Error(`getaddrinfo ENOTFOUND ${name}`)
-          err.code = 'ENOTFOUND'
-          return callback(err, options.all ? [] : '')
-        }
-        for (const a of addrs) {
-          const why = o.policy.check(hostname, port, a.address)
-          if (why !== null) return callback(new RefusedAddress(why), options.all ? [] : '')
-        }
-        if (options.all) callback(null, addrs)
-        else callback(null, addrs[0]!.address, addrs[0]!.family)
-      },
-      (err: NodeJS.ErrnoException) => callback(err, options.all ? [] : ''),
-    )
-  }
+  // every address is checked before the socket connects (DNS rebinding since creation is caught)
+  const lookup = guardedLookup(o.policy, hostname, port, resolve)
 
   return new Promise<HttpToolOutcome>((done) => {
     let settled = false
@@ -173,6 +155,7 @@ export function callHttpTool(o: HttpToolCall): Promise<HttpToolOutcome> {
       port,
       path: `${url.pathname}${url.search}`,
       headers: {
+        ...(o.headers ?? {}),
         'content-type': 'application/json',
         'content-length': String(payload.length),
         accept: 'application/json',
@@ -186,11 +169,11 @@ export function callHttpTool(o: HttpToolCall): Promise<HttpToolOutcome> {
     try {
       req = (url.protocol === 'https:' ? https : http).request(options)
     } catch (err) {
-      return settle(failure('TOOL_ERROR', `tool call failed: ${(err as Error).message}`))
+      return settle(failure('TOOL_ERROR', `tool call failed: ${(err as Error).message}`, 'ToolError', o.secrets))
     }
     req.on('error', (err) => {
       if (err instanceof RefusedAddress) settle(failure('TOOL_ERROR', `tool address refused: ${err.message}`))
-      else settle(failure('TOOL_ERROR', `tool call failed: ${err.message || String(err)}`))
+      else settle(failure('TOOL_ERROR', `tool call failed: ${err.message || String(err)}`, 'ToolError', o.secrets))
     })
     req.on('response', (res) => {
       res.on('error', () => settle(failure('TOOL_ERROR', 'tool call failed: the connection closed before the answer ended')))

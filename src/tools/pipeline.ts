@@ -7,6 +7,7 @@
 
 import { errorChain, assertLosslessJson, newMessageId, toUserMessage, type ContentBlock, type Draft, type Json, type JsonObject, type MessageInput, type ToolCallBlock, type UserMessage } from '../session/index.js'
 import { callHttpTool } from './http.js'
+import { MissingSecretError, resolveHeaders, type SecretResolver } from './headers.js'
 import type { HostPolicy } from './hosts.js'
 import type { RegisteredTool } from './registry.js'
 import { parseToolArguments, runToolBatch, type PrepareDecision, type ToolCallPlan } from './scheduler.js'
@@ -16,7 +17,8 @@ export interface ToolSpec {
   name: string
   description?: string
   parameters?: JsonObject
-  execution: { type: 'http' | 'client' | 'builtin'; url?: string; timeoutMs?: number }
+  /** `mcp` is never given by a client: a session's MCP tools are specs of that type, listed per step (API.md §12) */
+  execution: { type: 'http' | 'client' | 'builtin' | 'mcp'; url?: string; timeoutMs?: number; headers?: Record<string, string>; server?: string; tool?: string }
   concurrency?: 'parallel' | 'exclusive'
   approval?: 'always' | 'never'
 }
@@ -51,6 +53,10 @@ export interface ToolEnv {
   /** a live notification (tools/result) */
   notify(name: string, payload: Record<string, unknown>): void
   readonly log: { warn(o: object, msg: string): void }
+  /** the session's MCP servers (API.md §12) */
+  readonly mcp?: { call(server: string, tool: string, args: unknown, signal: AbortSignal, timeoutMs?: number): Promise<ToolOutcome> }
+  /** the tenant's secrets, for `secret:NAME` header values (API.md §13) */
+  readonly secrets?: SecretResolver
   /** a call's execution that began at `started` (hrtime) ended; `kind` is toolKind's (metrics) */
   executed?(kind: string, started: bigint): void
 }
@@ -65,8 +71,8 @@ export interface FinishedCall {
 export interface ToolEffects {
   /** SPEC §11.5 step 1: append tool/call; a client call's pending row rides with it (§18.10) */
   appendCall(plan: ToolCallPlan, opts: { client: boolean }): Promise<number>
-  /** an `ask`: write the approval's pending row */
-  openApproval(plan: ToolCallPlan): Promise<void>
+  /** an `ask`: write the approval's pending row (its tool/call is at `callSeq`) */
+  openApproval(plan: ToolCallPlan, callSeq: number): Promise<void>
   /** the answer to a pending call, or undefined once the turn is cancelled */
   waitAnswer(callId: string, kind: 'client' | 'approval'): Promise<unknown>
   /** SPEC §11.6: append tool/result and queue its contexts in next-step */
@@ -94,7 +100,7 @@ export async function runToolCalls(calls: readonly ToolCallBlock[], env: ToolEnv
     maxParallel: () => env.maxParallel(),
     isParallel: (p) => isParallel(env, p),
     appendCall: (p) => fx.appendCall(p, { client: specOf(env, p.name)?.execution.type === 'client' }),
-    prepare: (p) => prepareCall(env, fx, p),
+    prepare: (p, callSeq) => prepareCall(env, fx, p, callSeq),
     execute: (p) => timed(env, p, () => executeCall(env, fx, p)),
     notRun: (_p, decision) => notRun(decision),
     commit: async (p, callSeq, outcome) => {
@@ -135,7 +141,7 @@ export function isParallel(env: Pick<ToolEnv, 'specs' | 'registry'>, p: ToolCall
 }
 
 /** tools/pre-execute (allow / deny / ask); `ask` waits for the approval route (SPEC §11.5). */
-export async function prepareCall(env: ToolEnv, fx: Pick<ToolEffects, 'openApproval' | 'waitAnswer'>, p: ToolCallPlan): Promise<PrepareDecision> {
+export async function prepareCall(env: ToolEnv, fx: Pick<ToolEffects, 'openApproval' | 'waitAnswer'>, p: ToolCallPlan, callSeq: number): Promise<PrepareDecision> {
   const spec = specOf(env, p.name)
   let d: { kind?: string; reason?: string } | undefined
   try {
@@ -146,7 +152,7 @@ export async function prepareCall(env: ToolEnv, fx: Pick<ToolEffects, 'openAppro
   if (d?.kind === 'allow') return { kind: 'allow' }
   if (d?.kind === 'deny') return { kind: 'deny', reason: typeof d.reason === 'string' && d.reason ? d.reason : 'denied by policy' }
   if (d?.kind !== 'ask') return { kind: 'deny', reason: 'the tool policy gave no decision' }
-  await fx.openApproval(p)
+  await fx.openApproval(p, callSeq)
   const answer = (await fx.waitAnswer(p.callId, 'approval')) as { decision?: string; reason?: string } | undefined
   if (!answer) return { kind: 'deny', reason: 'the turn was cancelled before an approver answered' }
   if (answer.decision === 'allow') return { kind: 'allow' }
@@ -175,7 +181,19 @@ async function runBody(env: ToolEnv, fx: Pick<ToolEffects, 'waitAnswer'>, p: Too
   if (!spec) return errorResult('UNKNOWN_TOOL', `unknown tool ${p.name}`)
   const ex = spec.execution
   if (ex.type === 'http') {
-    return callHttpTool({ url: ex.url!, timeoutMs: ex.timeoutMs, body: { sessionId: env.sessionId, callId: p.callId, name: p.name, arguments: p.arguments, rawArguments: p.rawArguments }, signal: env.signal, policy: env.policy })
+    let headers: Record<string, string> = {}
+    let secrets: string[] = []
+    try {
+      ;({ headers, secrets } = await resolveHeaders(ex.headers, env.secrets))
+    } catch (e) {
+      if (e instanceof MissingSecretError) return errorResult('TOOL_ERROR', e.message)
+      throw e
+    }
+    return callHttpTool({ url: ex.url!, timeoutMs: ex.timeoutMs, headers, secrets, body: { sessionId: env.sessionId, callId: p.callId, name: p.name, arguments: p.arguments, rawArguments: p.rawArguments }, signal: env.signal, policy: env.policy })
+  }
+  if (ex.type === 'mcp') {
+    if (!env.mcp) return errorResult('UNKNOWN_TOOL', `unknown tool ${p.name}`)
+    return env.mcp.call(ex.server!, ex.tool!, p.arguments, env.signal, ex.timeoutMs)
   }
   if (ex.type === 'client') {
     const answer = (await fx.waitAnswer(p.callId, 'client')) as { content?: ContentBlock[]; isError?: boolean } | undefined

@@ -10,7 +10,7 @@ import type { Bus } from '../bus/index.js'
 import { claimLease, getSessionByKey, releaseIfIdle, releaseLease, renewLeases, takeoverCandidates, type Db, type Queryable, type SessionRow } from '../store/index.js'
 import type { KeyedMutex, Publisher } from '../agent/index.js'
 import type { Metrics } from '../metrics.js'
-import type { ToolSpec } from '../tools/index.js'
+import type { McpServerSpec, ToolSpec } from '../tools/index.js'
 
 
 export interface HostOptions {
@@ -132,7 +132,7 @@ export class WorkerHost {
     // crash repair closed a turn the previous holder left open (SPEC §13.1)
     if (attached.repaired) this.o.metrics?.turns.inc({ reason: 'interrupted' })
     const r = attached.row
-    const spec: AgentSpec = { model: r.model, system: r.system, tools: r.tools as unknown as ToolSpec[], ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}), ...(r.reasoningEffort !== undefined ? { reasoningEffort: r.reasoningEffort } : {}) }
+    const spec: AgentSpec = { model: r.model, system: r.system, tools: r.tools as unknown as ToolSpec[], mcpServers: r.mcpServers as unknown as McpServerSpec[], ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}), ...(r.reasoningEffort !== undefined ? { reasoningEffort: r.reasoningEffort } : {}) }
     const agent = new Agent(this.o.agentDeps, attached, spec, this.agentHost)
     const held: Held = { agent, idleSince: Date.now() }
     this.held.set(key, held)

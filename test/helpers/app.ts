@@ -5,7 +5,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import pino from 'pino'
 import { loadConfig } from '../../src/config.js'
-import { startApp, type App, type StartOptions } from '../../src/app.js'
+import { LOG_REDACT, startApp, type App, type StartOptions } from '../../src/app.js'
 import type { Context } from '../../src/hooks/index.js'
 import type { SessionEvent } from '../../src/session/index.js'
 import type { Db } from '../../src/store/index.js'
@@ -23,6 +23,12 @@ export interface TestAppOptions {
   logLevel?: string
   /** the clock of tenant budget periods (StartOptions.clock) */
   clock?: () => number
+  /** MCP tools/call timeout (StartOptions.mcpCallTimeoutMs) */
+  mcpCallTimeoutMs?: number
+  /** where the server's log lines go (with the server's own redaction), e.g. to search them */
+  logStream?: { write(line: string): void }
+  /** the webhook deliverer's timing (StartOptions.webhooks) */
+  webhooks?: StartOptions['webhooks']
 }
 
 export interface TestApp {
@@ -60,10 +66,12 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
   const config = loadConfig(env)
   const opts: StartOptions = {
     db: testDb.db,
-    log: pino({ level: config.logLevel }),
+    log: o.logStream ? pino({ level: config.logLevel, redact: LOG_REDACT }, o.logStream) : pino({ level: config.logLevel }),
     llm: { extraModels: models.models, defaultModel: models.ref(), models: { providers: {} } },
     plugins: o.plugins?.map((p) => (root: Context) => p(root, testDb.db)),
     clock: o.clock,
+    mcpCallTimeoutMs: o.mcpCallTimeoutMs,
+    webhooks: o.webhooks,
   }
   const app = await startApp(config, opts)
   const url = app.url!

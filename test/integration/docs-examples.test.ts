@@ -1,6 +1,7 @@
 // What the documentation shows works on a real server, on PostgreSQL and PGlite: the example plugins of
 // docs/examples do what docs/plugins.md says, every live frame a stream sends is one docs/api.md
-// documents, and GET /metrics serves exactly the agentd metrics docs/operations.md lists.
+// documents, GET /metrics serves exactly the agentd metrics docs/operations.md lists, and the webhook
+// receiver example verifies what the server sends.
 
 import fs from 'node:fs'
 import http from 'node:http'
@@ -125,6 +126,32 @@ describe.each(DB_KINDS)('the documentation on a real server (%s)', (kind) => {
     expect([...seen]).toEqual(expect.arrayContaining(['stream/ready', 'agent/status', 'agent/session-start', 'agent/inbox/inserted', 'agent/inbox/discarded', 'agent/inbox/claimed', 'agent/assistant-stream', 'agent/error']))
     const undocumented = [...seen].filter((e) => !documentedFrames.includes(e))
     expect(undocumented, 'frames docs/api.md does not document').toEqual([])
+  })
+
+  it('webhook-receiver: accepts a signed delivery of the server once, refuses a wrong signature', async () => {
+    const { createReceiver, verify } = await import(path.join(ROOT, 'docs/webhook-receiver.mjs'))
+    // the example's server is made with the secret, which exists only once the webhook does
+    let handler: http.RequestListener = (_req, res) => void res.writeHead(503).end()
+    const server = http.createServer((req, res) => handler(req, res))
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`
+      const hook = await t.api('POST', '/v1/webhooks', { url, events: ['turn.completed'] })
+      expect(hook.status).toBe(201)
+      const got: any[] = []
+      const example: http.Server = createReceiver(hook.body.secret, (p: any) => got.push(p))
+      handler = (req, res) => void example.emit('request', req, res)
+      const s = await t.createSession()
+      t.models.script(s.id, { text: ['fine'] })
+      await followup(s.id, 'hi')
+      const end = await turnEnd(s.id, 1)
+      await until('the example received the delivery', () => got.length === 1)
+      expect(got[0]).toMatchObject({ type: 'turn.completed', data: { sessionId: s.id, turn: 1, seq: end.seq } })
+      expect(verify(hook.body.secret, { 'webhook-id': 'x', 'webhook-timestamp': String(Math.floor(Date.now() / 1000)), 'webhook-signature': 'v1,AAAA' }, '{}')).toBeNull()
+      await t.api('DELETE', `/v1/webhooks/${hook.body.id}`)
+    } finally {
+      await new Promise<void>((r) => server.close(() => r()))
+    }
   })
 
   it('serves exactly the agentd metrics docs/operations.md lists', async () => {

@@ -1,4 +1,4 @@
-// AgentdClient: one method per route of API.md §3–§7 and §15, plus the stream, the transcript view and run.
+// AgentdClient: one method per route of API.md §3–§7 and §13–§15, plus the stream, the transcript view and run.
 // Sends (followup, steer, inject) always carry an idempotency key, so their retries can never store a
 // message twice (API.md §5).
 
@@ -26,6 +26,11 @@ import type {
   ToolResultInput,
   UpdateSessionInput,
   UsageReport,
+  SecretInfo,
+  CreateWebhookInput,
+  Webhook,
+  WebhookCreated,
+  WebhookDelivery,
 } from './types.js'
 import { watchSession, type Watch, type WatchOptions } from './watch.js'
 
@@ -77,11 +82,13 @@ export class AgentdClient {
   readonly transport: Transport
   readonly sessions: SessionsApi
   readonly admin: AdminApi
+  readonly secrets: SecretsApi
 
   constructor(o: AgentdClientOptions) {
     this.transport = new Transport(o)
     this.sessions = new SessionsApi(this.transport)
     this.admin = new AdminApi(this.transport)
+    this.secrets = new SecretsApi(this.transport)
   }
 
   private call<T>(method: string, path: string, repeat: Repeatable, o: { body?: unknown; query?: Record<string, string | number | undefined>; headers?: Record<string, string>; signal?: AbortSignal } = {}): Promise<T> {
@@ -160,6 +167,36 @@ export class AgentdClient {
   /** The tenant's usage over UTC days `from`..`to` (YYYY-MM-DD; default the current month), by day, model or session, and its limits. */
   usage(o: CallOpts & { from?: string; to?: string; groupBy?: 'day' | 'model' | 'session' } = {}): Promise<UsageReport> {
     return this.call('GET', '/v1/usage', 'safe', { query: { from: o.from, to: o.to, groupBy: o.groupBy }, signal: o.signal })
+  }
+
+  // ---- webhooks (API.md §14) ----
+
+  /** Subscribes a URL; the answer's `secret` (for verifyWebhook) is shown only here. */
+  createWebhook(input: CreateWebhookInput, o: CallOpts = {}): Promise<WebhookCreated> {
+    return this.call('POST', '/v1/webhooks', 'once', { body: input, signal: o.signal })
+  }
+
+  async listWebhooks(o: CallOpts = {}): Promise<Webhook[]> {
+    return (await this.call<{ webhooks: Webhook[] }>('GET', '/v1/webhooks', 'safe', o)).webhooks
+  }
+
+  getWebhook(id: string, o: CallOpts = {}): Promise<Webhook> {
+    return this.call('GET', `/v1/webhooks/${encodeURIComponent(id)}`, 'safe', o)
+  }
+
+  /** Deletes it; its pending deliveries are dropped. */
+  async deleteWebhook(id: string, o: CallOpts = {}): Promise<void> {
+    await this.call('DELETE', `/v1/webhooks/${encodeURIComponent(id)}`, 'once', o)
+  }
+
+  /** Its deliveries, newest first (`limit` 1–100, default 20). */
+  async webhookDeliveries(id: string, o: CallOpts & { limit?: number } = {}): Promise<WebhookDelivery[]> {
+    return (await this.call<{ deliveries: WebhookDelivery[] }>('GET', `/v1/webhooks/${encodeURIComponent(id)}/deliveries`, 'safe', { query: { limit: o.limit }, signal: o.signal })).deliveries
+  }
+
+  /** Sends a `ping` delivery; returns its id (the `webhook-id` the receiver sees). */
+  async testWebhook(id: string, o: CallOpts = {}): Promise<string> {
+    return (await this.call<{ deliveryId: string }>('POST', `/v1/webhooks/${encodeURIComponent(id)}/test`, 'once', o)).deliveryId
   }
 
   // ---- reading (API.md §6) ----
@@ -275,5 +312,25 @@ export class AdminApi {
     // setting the same values twice is the same as once: safe to repeat
     const r = await this.t.call<{ tenant: TenantWithLimits }>({ method: 'PATCH', path: `/v1/admin/tenants/${encodeURIComponent(tenantId)}`, body: { limits }, auth: 'admin', repeat: 'safe', signal: o.signal })
     return r.tenant
+  }
+}
+
+/** Tenant secrets (API.md §13): values go in and never come out; tools refer to them as `secret:NAME`. */
+export class SecretsApi {
+  constructor(private readonly t: Transport) {}
+
+  /** Creates or replaces a secret (`name` matches ^[A-Z0-9_]{1,64}$, `value` at most 16 KiB). */
+  async put(name: string, value: string, o: CallOpts = {}): Promise<void> {
+    await this.t.call({ method: 'PUT', path: `/v1/secrets/${encodeURIComponent(name)}`, body: { value }, repeat: 'idempotent', signal: o.signal })
+  }
+
+  /** The tenant's secret names and times, never their values. */
+  async list(o: CallOpts = {}): Promise<SecretInfo[]> {
+    return (await this.t.call<{ secrets: SecretInfo[] }>({ method: 'GET', path: '/v1/secrets', repeat: 'safe', signal: o.signal })).secrets
+  }
+
+  /** Deletes a secret; `not-found` when there is none of that name. */
+  async delete(name: string, o: CallOpts = {}): Promise<void> {
+    await this.t.call({ method: 'DELETE', path: `/v1/secrets/${encodeURIComponent(name)}`, repeat: 'once', signal: o.signal })
   }
 }

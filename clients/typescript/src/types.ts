@@ -26,6 +26,10 @@ export type SessionPage = Json200<'/v1/sessions', 'get', 200>
 /** `POST /v1/sessions` body; every field optional. */
 export type CreateSessionInput = NonNullable<JsonBody<'/v1/sessions', 'post'>>
 export type ToolSpec = NonNullable<CreateSessionInput['tools']>[number]
+/** An MCP server of a session (API.md §12); its tools are offered as `<name>__<tool>`. */
+export type McpServer = NonNullable<CreateSessionInput['mcpServers']>[number]
+/** A tenant secret as `GET /v1/secrets` lists it: never its value (API.md §13). */
+export type SecretInfo = Json200<'/v1/secrets', 'get', 200>['secrets'][number]
 /** `PATCH /v1/sessions/:id` body. */
 export type UpdateSessionInput = NonNullable<JsonBody<'/v1/sessions/{id}', 'patch'>>
 /** `202 {messageId, seq}` of followup, steer and inject (API.md §5). */
@@ -49,6 +53,19 @@ export type LimitsInput = JsonBody<'/v1/admin/tenants/{tenantId}', 'patch'>['lim
 /** `GET /v1/usage` (API.md §15). */
 export type UsageReport = Json200<'/v1/usage', 'get', 200>
 export type UsageRow = UsageReport['usage'][number]
+/** A webhook (API.md §14); `secret` only in the answer of its creation. */
+export type Webhook = Json200<'/v1/webhooks/{id}', 'get', 200>
+export type WebhookCreated = Json200<'/v1/webhooks', 'post', 201>
+export type CreateWebhookInput = JsonBody<'/v1/webhooks', 'post'>
+export type WebhookDelivery = Json200<'/v1/webhooks/{id}/deliveries', 'get', 200>['deliveries'][number]
+/** What a webhook receiver gets (API.md §14): the body of one delivery. */
+export interface WebhookPayload {
+  type: 'turn.completed' | 'turn.failed' | 'turn.cancelled' | 'turn.interrupted' | 'session.requires_action' | 'ping'
+  /** when the reported event was written (ISO 8601) */
+  timestamp: string
+  /** empty for `ping` */
+  data: { sessionId: string; turn: number; seq: number; reason?: TurnEndReason; pending?: Array<{ callId: string; name: string; kind: 'client' | 'approval' }> }
+}
 /** API.md §10. */
 export type ErrorBody = Json200<'/v1/sessions/{id}', 'get', 404>
 
@@ -56,7 +73,7 @@ export type ErrorBody = Json200<'/v1/sessions/{id}', 'get', 404>
 type Resolved<T> = [T] extends [never] ? false : true
 type AllResolved<T extends unknown[]> = { [K in keyof T]: Resolved<T[K]> }[number] extends true ? true : false
 type Must<T extends true> = T
-type _WireAliasesResolve = Must<AllResolved<[Session, LastTurn, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, TenantWithLimits, LimitsInput, UsageReport, ErrorBody]>>
+type _WireAliasesResolve = Must<AllResolved<[Session, LastTurn, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, TenantWithLimits, LimitsInput, UsageReport, Webhook, WebhookCreated, CreateWebhookInput, WebhookDelivery, ErrorBody, McpServer, SecretInfo]>>
 // the document's TurnEndReason and the one written below from the contract are the same type
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
 type _LastTurnReason = Must<Same<LastTurn['reason'], TurnEndReason>>

@@ -1,0 +1,229 @@
+// Webhooks (API.md §14): subscriptions, the delivery outbox and its attempts. Deliveries of session
+// events are side rows (side.ts) written in the transaction of the event they report; the deliverer
+// (webhooks/) claims due rows with SKIP LOCKED, so any number of processes share the work.
+
+import type { Queryable } from './db.js'
+
+export const WEBHOOK_EVENT_TYPES = ['turn.completed', 'turn.failed', 'turn.cancelled', 'turn.interrupted', 'session.requires_action'] as const
+export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number]
+export type DeliveryType = WebhookEventType | 'ping'
+export type DeliveryStatus = 'pending' | 'delivered' | 'failed'
+
+export interface WebhookRow {
+  id: string
+  tenantId: string
+  url: string
+  events: WebhookEventType[]
+  description: string | null
+  secret: string
+  createdAt: number
+}
+
+/** What a side row of kind `webhook` reports: the event at `seq` of the unit's session. */
+export interface WebhookEvent {
+  type: WebhookEventType
+  turn: number
+  seq: number
+  time: number
+  /** the rest of the body's data: `reason` of a turn end, `pending` of a required action */
+  extra: Record<string, unknown>
+}
+
+export interface DeliveryRow {
+  id: string
+  webhookId: string
+  type: DeliveryType
+  sessionId: string | null
+  turn: number | null
+  seq: number | null
+  extra: Record<string, unknown>
+  eventTime: number
+  createdAt: number
+  status: DeliveryStatus
+  attempts: number
+  firstAttemptAt: number | null
+  nextAttemptAt: number | null
+  lastStatus: number | null
+  lastError: string | null
+  deliveredAt: number | null
+}
+
+/** A claimed attempt: the delivery with its webhook's address and secret. */
+export interface ClaimedDelivery extends DeliveryRow {
+  url: string
+  secret: string
+}
+
+type RawHook = { id: string; tenant_id: string; url: string; events: WebhookEventType[]; description: string | null; secret: string; created_at: number }
+const toHook = (r: RawHook): WebhookRow => ({ id: r.id, tenantId: r.tenant_id, url: r.url, events: r.events, description: r.description, secret: r.secret, createdAt: Number(r.created_at) })
+
+type RawDelivery = {
+  id: string
+  webhook_id: string
+  type: DeliveryType
+  session_id: string | null
+  turn: number | null
+  seq: number | null
+  extra: string
+  event_time: number
+  created_at: number
+  status: DeliveryStatus
+  attempts: number
+  first_attempt_at: number | null
+  next_attempt_at: number | null
+  last_status: number | null
+  last_error: string | null
+  delivered_at: number | null
+}
+const num = (v: number | null) => (v === null ? null : Number(v))
+const toDelivery = (r: RawDelivery): DeliveryRow => ({
+  id: r.id,
+  webhookId: r.webhook_id,
+  type: r.type,
+  sessionId: r.session_id,
+  turn: r.turn,
+  seq: r.seq,
+  extra: JSON.parse(r.extra) as Record<string, unknown>,
+  eventTime: Number(r.event_time),
+  createdAt: Number(r.created_at),
+  status: r.status,
+  attempts: r.attempts,
+  firstAttemptAt: num(r.first_attempt_at),
+  nextAttemptAt: num(r.next_attempt_at),
+  lastStatus: r.last_status,
+  lastError: r.last_error,
+  deliveredAt: num(r.delivered_at),
+})
+
+/** A delivery id: also the `webhook-id` header, the same on every retry. */
+const DELIVERY_ID_SQL = `'msg_' || replace(gen_random_uuid()::text, '-', '')`
+
+/**
+ * Side row (side.ts): one delivery for each of the session's tenant's webhooks subscribed to the
+ * event's type, in the unit's statement or transaction. A tenant without such a webhook writes nothing.
+ */
+export function webhookSql(e: WebhookEvent, params: unknown[], when: string): string {
+  params.push(e.type, e.turn, e.seq, JSON.stringify(e.extra), e.time, Date.now())
+  const n = params.length
+  return `INSERT INTO webhook_deliveries (id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, next_attempt_at)
+     SELECT ${DELIVERY_ID_SQL}, w.id, $${n - 5}::text, s.id, $${n - 4}::int, $${n - 3}::int, $${n - 2}::text, $${n - 1}::bigint, $${n}::bigint, $${n}::bigint
+     FROM sessions s JOIN webhooks w ON w.tenant_id = s.tenant_id AND $${n - 5}::text = ANY(w.events)
+     WHERE s.key = $1 AND ${when}`
+}
+
+export async function insertWebhook(db: Queryable, w: WebhookRow): Promise<void> {
+  await db.query('INSERT INTO webhooks (id, tenant_id, url, events, description, secret, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)', [w.id, w.tenantId, w.url, w.events, w.description, w.secret, w.createdAt])
+}
+
+export async function listWebhooks(db: Queryable, tenantId: string): Promise<WebhookRow[]> {
+  const { rows } = await db.query<RawHook>('SELECT * FROM webhooks WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC', [tenantId])
+  return rows.map(toHook)
+}
+
+export async function getWebhook(db: Queryable, tenantId: string, id: string): Promise<WebhookRow | undefined> {
+  const { rows } = await db.query<RawHook>('SELECT * FROM webhooks WHERE tenant_id = $1 AND id = $2', [tenantId, id])
+  return rows[0] ? toHook(rows[0]) : undefined
+}
+
+/** Deletes the webhook and, by cascade, its deliveries; false when the tenant has no such webhook. */
+export async function deleteWebhook(db: Queryable, tenantId: string, id: string): Promise<boolean> {
+  const r = await db.query('DELETE FROM webhooks WHERE tenant_id = $1 AND id = $2', [tenantId, id])
+  return r.rowCount > 0
+}
+
+/** A `ping` delivery (POST …/test), due now; undefined when the tenant has no such webhook. */
+export async function insertPing(db: Queryable, tenantId: string, webhookId: string): Promise<string | undefined> {
+  const now = Date.now()
+  const { rows } = await db.query<{ id: string }>(
+    `INSERT INTO webhook_deliveries (id, webhook_id, type, event_time, created_at, next_attempt_at)
+     SELECT ${DELIVERY_ID_SQL}, w.id, 'ping', $3, $3, $3 FROM webhooks w WHERE w.tenant_id = $1 AND w.id = $2 RETURNING id`,
+    [tenantId, webhookId, now],
+  )
+  return rows[0]?.id
+}
+
+/** The webhook's deliveries, newest first. */
+export async function listDeliveries(db: Queryable, webhookId: string, limit: number): Promise<DeliveryRow[]> {
+  const { rows } = await db.query<RawDelivery>('SELECT * FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2', [webhookId, limit])
+  return rows.map(toDelivery)
+}
+
+/**
+ * Claims up to `limit` due deliveries for one attempt each: the attempt number is taken and the due
+ * time moved `leaseMs` ahead, so another process claims the row again only if this attempt never
+ * reports (a crash). SKIP LOCKED lets processes claim side by side without waiting on each other.
+ */
+export async function claimDeliveries(db: Queryable, now: number, limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
+  const { rows } = await db.query<RawDelivery & { url: string; secret: string }>(
+    `WITH due AS (
+       SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1
+       ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+     )
+     UPDATE webhook_deliveries d SET attempts = d.attempts + 1, next_attempt_at = $1 + $3, first_attempt_at = coalesce(d.first_attempt_at, $1)
+     FROM due, webhooks w WHERE d.id = due.id AND w.id = d.webhook_id
+     RETURNING d.*, w.url, w.secret`,
+    [now, limit, leaseMs],
+  )
+  return rows.map((r) => ({ ...toDelivery(r), url: r.url, secret: r.secret }))
+}
+
+export interface AttemptOutcome {
+  startedAt: number
+  durationMs: number
+  status: number | null
+  error: string | null
+  /** delivered (2xx), else the next due time, or null: failed for good */
+  delivered: boolean
+  nextAttemptAt: number | null
+}
+
+/**
+ * Records attempt `attempt` of a delivery and its consequence, fenced by the attempt number: an
+ * attempt whose claim another process took over since (or whose webhook is gone) writes nothing.
+ * Returns whether it was recorded.
+ */
+export async function recordAttempt(db: Queryable, id: string, attempt: number, o: AttemptOutcome): Promise<boolean> {
+  const now = o.startedAt + o.durationMs
+  const status: DeliveryStatus = o.delivered ? 'delivered' : o.nextAttemptAt === null ? 'failed' : 'pending'
+  const { rows } = await db.query<{ id: string }>(
+    `WITH moved AS (
+       UPDATE webhook_deliveries SET status = $3, last_status = $4, last_error = $5, next_attempt_at = $6, delivered_at = $7
+       WHERE id = $1 AND attempts = $2 AND status = 'pending' RETURNING id
+     ), logged AS (
+       INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status, error)
+       SELECT id, $2, $8, $9, $4, $5 FROM moved RETURNING delivery_id
+     )
+     SELECT delivery_id AS id FROM logged`,
+    [id, attempt, status, o.status, o.error, status === 'pending' ? o.nextAttemptAt : null, o.delivered ? now : null, o.startedAt, Math.round(o.durationMs)],
+  )
+  return rows.length > 0
+}
+
+export interface AttemptRow {
+  attempt: number
+  startedAt: number
+  durationMs: number
+  status: number | null
+  error: string | null
+}
+
+export async function listAttempts(db: Queryable, deliveryId: string): Promise<AttemptRow[]> {
+  const { rows } = await db.query<{ attempt: number; started_at: number; duration_ms: number; status: number | null; error: string | null }>(
+    'SELECT attempt, started_at, duration_ms, status, error FROM webhook_attempts WHERE delivery_id = $1 ORDER BY attempt',
+    [deliveryId],
+  )
+  return rows.map((r) => ({ attempt: r.attempt, startedAt: Number(r.started_at), durationMs: r.duration_ms, status: r.status, error: r.error }))
+}
+
+/** The outbox's depth and the age of its oldest pending delivery (metrics). */
+export async function outboxState(db: Queryable, now: number): Promise<{ pending: number; oldestMs: number }> {
+  const { rows } = await db.query<{ n: number; oldest: number | null }>("SELECT count(*)::int AS n, min(created_at) AS oldest FROM webhook_deliveries WHERE status = 'pending'")
+  const r = rows[0]
+  return { pending: r?.n ?? 0, oldestMs: r?.oldest === null || r?.oldest === undefined ? 0 : Math.max(0, now - Number(r.oldest)) }
+}
+
+/** Deletes delivered rows older than `maxAgeMs` (their attempts go with them). */
+export async function pruneDeliveries(db: Queryable, now: number, maxAgeMs: number): Promise<number> {
+  const r = await db.query("DELETE FROM webhook_deliveries WHERE status = 'delivered' AND delivered_at < $1", [now - maxAgeMs])
+  return r.rowCount
+}
