@@ -133,12 +133,11 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       maxParallelToolCalls: () => config.maxParallelToolCalls,
       attempts,
       tenancy,
+      continueAfterCrash: config.continueAfterCrash,
       secrets,
       ...(o.mcpCallTimeoutMs ? { mcpCallTimeoutMs: o.mcpCallTimeoutMs } : {}),
     }
     const host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
-    // an api process drives nothing on its own; it only takes a session briefly for maintenance
-    if (config.role !== 'api') host.start()
     metrics.gauge('agentd_leases_held', 'Session leases this process holds: the sessions it drives', () => host.size)
     metrics.gauge('agentd_sessions_running', 'Sessions this process drives whose driver is running', () => host.running)
     // notifications of deliveries carry the Agent handle when this process drives the session
@@ -212,6 +211,10 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       app.url = await app.http.listen({ port: config.port, host: config.host })
       log.info({ url: app.url, role: config.role, database: db.kind }, 'agentd listening')
     }
+    // drivers start once the process serves: a takeover (crash repair, then the continuation of
+    // SPEC §19) is then visible to clients of this process from its first event. An api process drives
+    // nothing on its own; it only takes a session briefly for maintenance.
+    if (config.role !== 'api') host.start()
     return app
   } catch (e) {
     for (const c of cleanup.reverse()) await Promise.resolve(c()).catch(() => {})

@@ -26,8 +26,14 @@ export interface Config {
   bodyLimit: number
   /** SIGTERM grace for running turns before their Agents are disposed */
   shutdownGraceMs: number
+  /** SPEC §19: crash continuations in a row before the crash-loop limit stops them; 0 turns them off */
+  continueAfterCrash: number
   /** AGENTD_SECRET_KEY (API.md §13): 32 bytes that seal tenant secrets */
   secretKey?: Buffer
+  /** how long a client may take to send a whole request (headers and body); past it the request is cut */
+  requestTimeoutMs: number
+  /** how long an SSE subscriber may keep its socket full before it is cut as a slow consumer */
+  slowConsumerMs: number
 }
 
 export class ConfigError extends Error {
@@ -98,6 +104,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel,
     bodyLimit: 1024 * 1024,
     shutdownGraceMs: int(env, 'AGENTD_SHUTDOWN_GRACE_MS', 10000, 0),
+    continueAfterCrash: int(env, 'AGENTD_CONTINUE_AFTER_CRASH', 2, 0, 100),
     ...(secretKey ? { secretKey } : {}),
+    requestTimeoutMs: int(env, 'AGENTD_REQUEST_TIMEOUT_MS', 30000, 100, 3_600_000),
+    slowConsumerMs: int(env, 'AGENTD_SLOW_CONSUMER_MS', 30000, 100, 3_600_000),
   }
 }

@@ -29,6 +29,7 @@ export class Metrics {
   readonly firstTokenSeconds = this.histogram('agentd_model_time_to_first_token_seconds', 'Model attempts that streamed a token, from dispatch to the first delta, by provider and outcome', ['provider', 'outcome'])
   readonly toolSeconds = this.histogram('agentd_tool_call_duration_seconds', 'Tool executions (tools/execute around the body), by the tool\'s kind', ['kind'], TOOL_BUCKETS)
   readonly retries = this.counter('agentd_llm_retries_total', 'Model calls retried by llm-retry inside their step, by provider', ['provider'])
+  readonly continuations = this.counter('agentd_continuations_total', 'Continuations owed after crash repair (SPEC §19), by decision: continue, or why not (cancelled, disabled, crash-loop, spent)', ['decision'])
   readonly compactions = this.counter('agentd_compactions_total', 'Summary compactions, by outcome (compacted, failed)', ['outcome'])
 
   constructor() {

@@ -50,7 +50,19 @@ const toolHead = (...children) => h('div', { class: 'tool-head' }, h('span', { c
  * that card.
  */
 export const renderers = {
-  'turn/start': (ev) => item(ev, 'turn-start', h('span', { text: `Turn ${ev.data.turn}` }), h('span', { class: 'muted small', text: clock(ev.time) })),
+  // SPEC §19: a continuation turn carries on with a turn a crash interrupted
+  'turn/start': (ev) => {
+    const cont = typeof ev.data.continues === 'number'
+    const el = item(
+      ev,
+      `turn-start${cont ? ' continuation' : ''}`,
+      h('span', { text: `Turn ${ev.data.turn}` }),
+      cont ? h('span', { class: 'tag warn continuation-tag', text: `continuing after an interruption (turn ${ev.data.continues})` }) : null,
+      h('span', { class: 'muted small', text: clock(ev.time) }),
+    )
+    if (cont) el.dataset.continues = String(ev.data.continues)
+    return el
+  },
 
   'turn/end': (ev) => {
     const kind = ev.data.reason?.kind ?? 'unknown'

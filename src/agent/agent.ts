@@ -22,6 +22,7 @@ import { Phases, type Phase } from './phases.js'
 import type { SystemPromptService } from './prompt.js'
 import { wakeDriver } from './turn.js'
 import { SessionWatch } from './watch.js'
+import { continuationDelayMs, type ContinuationDuty } from './continuation.js'
 
 /** What every Agent of this process shares. */
 export interface AgentDeps {
@@ -36,6 +37,8 @@ export interface AgentDeps {
   attempts: LiveAttempts
   /** tenant limits: the budget before every model attempt, slot waiting (API.md §15) */
   tenancy?: TenantGate
+  /** AGENTD_CONTINUE_AFTER_CRASH (SPEC §19.5) */
+  continueAfterCrash: number
   /** tenant secrets (API.md §13), resolved when a call is prepared or an MCP connection opens */
   secrets?: { resolve(tenantId: string, names: readonly string[]): Promise<{ values: Map<string, string>; missing: string[] }> }
   /** MCP tools/call timeout (default 30 s, the ToolSpec default) */
@@ -77,14 +80,20 @@ export class Agent implements Loop {
   private wakeAgain = false
   private ended = false
   private revision = 0
+  /** SPEC §19.3: the continuation owed at attach, until the unit that opens or declines it commits */
+  continuation: ContinuationDuty | null
+  private readonly continuationAt: number
+  private continuationTimer: NodeJS.Timeout | undefined
 
   constructor(
     private readonly d: AgentDeps,
-    attached: { row: SessionRow; state: SessionState; lease: Lease },
+    attached: { row: SessionRow; state: SessionState; lease: Lease; continuation?: ContinuationDuty | null },
     readonly spec: AgentSpec,
     private readonly host: AgentHost,
   ) {
     const { row, state, lease } = attached
+    this.continuation = attached.continuation ?? null
+    this.continuationAt = this.continuation ? Date.now() + continuationDelayMs(this.continuation, d.continueAfterCrash) : 0
     this.id = row.id
     this.key = row.key
     this.tenantId = row.tenantId
@@ -99,7 +108,7 @@ export class Agent implements Loop {
     // cordis services are looked up once: property access on a context goes through its proxy
     const root = d.root as unknown as { hooks: Hooks; tools: ToolRegistry; systemPrompt: SystemPromptService }
     this.hooks = root.hooks
-    this.services = { db: d.sessionLog.db, llm: d.llm, registry: root.tools, systemPrompt: root.systemPrompt, toolPolicy: d.toolPolicy, metrics: d.metrics, maxParallelToolCalls: d.maxParallelToolCalls, attempts: d.attempts, tenancy: d.tenancy }
+    this.services = { db: d.sessionLog.db, llm: d.llm, registry: root.tools, systemPrompt: root.systemPrompt, toolPolicy: d.toolPolicy, metrics: d.metrics, maxParallelToolCalls: d.maxParallelToolCalls, attempts: d.attempts, tenancy: d.tenancy, continueAfterCrash: d.continueAfterCrash }
     this.watch = new SessionWatch(d.sessionLog.publisher.bus, row.key, {
       log: this.sessionLog,
       pending: this.pending,
@@ -247,6 +256,19 @@ export class Agent implements Loop {
   /** A durable wake request found by the lease holder (doorbell, attach). */
   async wakeDurable(): Promise<void> {
     if (this.disposed) return
+    // SPEC §19.3: an owed continuation opens after a short backoff (continuationDelayMs); a delivery
+    // through a handle wakes at once, and the continuation still comes first
+    const wait = this.continuation ? this.continuationAt - Date.now() : 0
+    if (wait > 0) {
+      if (!this.continuationTimer) {
+        this.continuationTimer = setTimeout(() => {
+          this.continuationTimer = undefined
+          void this.wakeDurable()
+        }, wait)
+        this.continuationTimer.unref()
+      }
+      return
+    }
     if (this.waking) this.wakeAgain = true
     try {
       await this.wake()
@@ -356,6 +378,7 @@ export class Agent implements Loop {
   async dispose(): Promise<void> {
     if (this.ended && this.watch.stopped) return
     this.ended = true
+    clearTimeout(this.continuationTimer)
     this.run.abort({ kind: 'disposed' })
     this.pending.releaseAll()
     while (this.run.activity) await this.run.activity.catch(() => {})

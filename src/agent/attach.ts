@@ -8,6 +8,7 @@ import { readEvents, stamp, writeEvents, type Db, type Queryable, type SessionRo
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 import { mirror, type Lease } from './log.js'
+import { continuationDuty, type ContinuationDuty } from './continuation.js'
 
 export const OUTCOME_UNKNOWN_TEXT =
   'Error: the server restarted while this tool call was running, so it may or may not have taken effect; verify its effect before repeating it, especially if it changes anything.'
@@ -35,6 +36,8 @@ export interface Attached {
   /** 'startup' for a fresh log (SPEC §18.6) */
   source: 'startup' | 'resume'
   repaired: boolean
+  /** SPEC §19.3: the continuation the log and the row say is owed (whether to run it is decided when the turn would open) */
+  continuation: ContinuationDuty | null
 }
 
 /**
@@ -55,6 +58,7 @@ export async function attach(
       const source: Attached['source'] = state.fresh ? 'startup' : 'resume'
       const added: SessionEvent[] = []
       const closers = planRepair(state)
+      const closedTurn = state.openTurn
       // closers reuse the last stored time (SPEC §18.13); the marker follows the clock
       for (const draft of closers) {
         const [e] = stamp(state, [draft], state.lastTime)
@@ -68,12 +72,19 @@ export async function attach(
       }
       const pos = { key, nextSeq: c.row.nextSeq, lastTime: c.row.lastTime }
       // what the closers imply, as for any unit (the open turn closed, lastTurn interrupted, the slot freed); SPEC §18.10: crash repair deletes the pending calls with them
-      const m = mirror(state, added)
+      // SPEC §19.3: the crashed holder's wake is unspent, so a continuation of the closed turn is owed;
+      // the row remembers it until the unit that opens the continuation, or declines it, clears it
+      // (a continuation owed while the run state is idle is spent: it is forgotten)
+      const idle = c.row.runState === 'idle'
+      const owed = closers.length && closedTurn !== null && !idle ? { continueTurn: closedTurn } : idle && c.row.continueTurn !== null ? { continueTurn: null } : {}
+      const m = mirror(state, added, owed)
       const events = await writeEvents(tx, pos, added, m.patch, closers.length ? [{ kind: 'pending-delete' }, ...m.side] : m.side)
       c.row.nextSeq = state.nextSeq
       c.row.lastTime = state.lastTime
       c.row.openTurn = state.openTurn
-      return { row: c.row, lease: c.lease, state, events, source, repaired: closers.length > 0 }
+      if (m.patch.continueTurn !== undefined) c.row.continueTurn = m.patch.continueTurn
+      const continuation = c.row.continueTurn === null ? null : continuationDuty(added.length ? [...log, ...added] : log, c.row.continueTurn)
+      return { row: c.row, lease: c.lease, state, events, source, repaired: closers.length > 0, continuation }
     })
     if (out?.events.length) d.publisher.committed({ key, id: out.row.id, tenantId: out.row.tenantId }, out.events)
     return out

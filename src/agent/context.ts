@@ -14,6 +14,7 @@ import { AbortedError } from './errors.js'
 import type { CommitResult, UnitBuilder } from './log.js'
 import type { SystemPromptService } from './prompt.js'
 import type { PendingCalls } from './pending.js'
+import type { ContinuationDuty } from './continuation.js'
 
 /** The session's definition as the driver uses it. */
 export interface AgentSpec {
@@ -47,6 +48,8 @@ export interface LoopServices {
   attempts: LiveAttempts
   /** the tenant's budget and slots, when the host enforces limits */
   tenancy?: TenantGate
+  /** AGENTD_CONTINUE_AFTER_CRASH (SPEC §19.5): continuations in a row; 0 turns them off */
+  continueAfterCrash: number
 }
 
 /** What a loop instance remembers between attempts (SPEC §8.7–§8.8). */
@@ -100,6 +103,8 @@ export interface Loop {
   handle(plugin?: string): unknown
   readonly bind: (payload: unknown, plugin: string) => unknown
   readonly disposed: boolean
+  /** SPEC §19.3: the continuation owed since attach, until a unit opens or declines it */
+  continuation: ContinuationDuty | null
 }
 
 /** The abort of one activity (a driver run or maintenance): the first cause wins (SPEC §5.5). */
@@ -141,6 +146,8 @@ export class Abort {
 export interface TurnContext {
   readonly loop: Loop
   readonly turn: number
+  /** SPEC §19.3: the crash-interrupted turn this one continues */
+  readonly continues?: number
   /** the open step, 0 before the first */
   step: number
   readonly abort: Abort
@@ -150,8 +157,8 @@ export interface TurnContext {
   readonly notify: Notify
 }
 
-export function turnContext(loop: Loop, abort: Abort, turn: number): TurnContext {
-  return { loop, turn, step: 0, abort, signal: abort.signal, log: loop.log, hooks: loop.hooks, notify: loop.notify }
+export function turnContext(loop: Loop, abort: Abort, turn: number, continues?: number): TurnContext {
+  return { loop, turn, ...(continues !== undefined ? { continues } : {}), step: 0, abort, signal: abort.signal, log: loop.log, hooks: loop.hooks, notify: loop.notify }
 }
 
 /** A closer that failed to commit: this process can no longer append (SPEC §5.7). */

@@ -45,7 +45,7 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
   const snapshot = snapshotCandidate(loop.state, assembly.contexts ?? [])
   const decision = await tc.hooks.runWaterfall<PreStepDecision>(
     'agent/pre-step',
-    { agent: loop.handle(), messages: claimed, turn: tc.turn, step: proposed, signal: tc.signal },
+    { agent: loop.handle(), messages: claimed, turn: tc.turn, step: proposed, ...(tc.continues !== undefined ? { continues: tc.continues } : {}), signal: tc.signal },
     (p: { messages: UserMessage[] }) => ({ kind: 'enter', messages: snapshot ? [...p.messages, snapshot] : [...p.messages] }),
     { bind: loop.bind },
   )

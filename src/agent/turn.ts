@@ -10,11 +10,17 @@ import { TurnLlmError } from './errors.js'
 import type { UnitBuilder } from './log.js'
 import type { Phase, Phases } from './phases.js'
 import { proposeStep, runStep, type StepResult } from './step.js'
+import { decideContinuation, type ContinuationDecision, type ContinuationDuty } from './continuation.js'
 
 /** A turn whose turn/start and first claim committed. */
 export interface OpenedTurn {
   turn: number
+  /** the first proposal's batch: for a continuation, the carried messages first (SPEC §19.3) */
   claimed: UserMessage[]
+  /** what the unit's claim splices removed (agent/inbox/claimed is emitted for these) */
+  newlyClaimed: UserMessage[]
+  /** SPEC §19.3: the crash-interrupted turn this one continues */
+  continues?: number
 }
 
 type AfterTurn = 'idle' | 'continue' | 'latched'
@@ -70,13 +76,33 @@ async function runDriver(ctl: DriverControl, first: OpenedTurn): Promise<void> {
 /**
  * turn/start and the claim of next-turn in ONE unit (SPEC §5.2, §6.2). A wake with nothing to do, or
  * one a cancel spent (`first`: the wake request itself), settles the row without a turn: null.
+ *
+ * A continuation owed after crash repair (SPEC §19.3) comes first: decided under the row lock from
+ * the row's flags, it opens as `turn/start {turn, continues}` with a claim of next-step only, in
+ * the same kind of unit as any turn opening (so a running-session slot is taken the same way); a
+ * declined one is forgotten in the unit that does whatever comes instead.
  */
 export async function openTurn(ctl: DriverControl, first: boolean): Promise<OpenedTurn | null> {
   const { loop } = ctl
+  const duty = loop.continuation
+  let decision: ContinuationDecision | undefined
   const r = await loop.log.commit<OpenedTurn | null>(
     (u) => {
+      // a build may run twice (fast path, then locked path): keep no side effects
+      decision = undefined
+      const spent: RowPatch = duty ? { continueTurn: null } : {}
+      if (duty) {
+        decision = loop.state.lastTurn !== duty.turn || loop.state.openTurn !== null ? 'spent' : decideContinuation(duty, { limit: loop.services.continueAfterCrash, cancelPending: u.row.cancelPending, runState: u.row.runState })
+        if (decision === 'continue') {
+          const turn = loop.state.lastTurn + 1
+          u.add({ type: 'turn/start', data: { turn, continues: duty.turn } })
+          const { splices, claimed } = planClaim(loop.state.inbox, 'next-step')
+          for (const s of splices) u.add({ type: 'agent/inbox/spliced', data: s as unknown as Json })
+          return { patch: { runState: 'running', cancelPending: false, wakeLatched: false, ...spent }, value: { turn, continues: duty.turn, claimed: [...duty.carried, ...claimed], newlyClaimed: claimed } }
+        }
+      }
       const work = hasPending(loop.state.inbox)
-      const idle = { patch: { runState: 'idle', cancelPending: false, wakeLatched: false } satisfies RowPatch, value: null }
+      const idle = { patch: { runState: 'idle', cancelPending: false, wakeLatched: false, ...spent } satisfies RowPatch, value: null }
       // SPEC §5.5: a cancel spent this wake request (no later work is armed) unless input latched
       if (first && u.row.cancelPending && !(u.row.wakeLatched && work)) return idle
       if (!work) return idle
@@ -84,14 +110,31 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
       u.add({ type: 'turn/start', data: { turn } })
       const { splices, claimed } = planClaim(loop.state.inbox, 'next-turn')
       for (const s of splices) u.add({ type: 'agent/inbox/spliced', data: s as unknown as Json })
-      return { patch: { runState: 'running', cancelPending: false, wakeLatched: false }, value: { turn, claimed } }
+      return { patch: { runState: 'running', cancelPending: false, wakeLatched: false, ...spent }, value: { turn, claimed, newlyClaimed: claimed } }
     },
     // publication order (SPEC §5.2): agent/status running, then turn/start and the claim
     { beforePublish: (value) => value && ctl.run.announce() },
   ).catch(waitForSlot)
   if (!r) return null
-  if (r.value) for (const message of r.value.claimed) loop.notify('agent/inbox/claimed', { message, turn: r.value.turn })
+  if (duty && loop.continuation === duty) {
+    loop.continuation = null
+    continuationSettled(loop, duty, decision ?? 'spent')
+  }
+  if (r.value) for (const message of r.value.newlyClaimed) loop.notify('agent/inbox/claimed', { message, turn: r.value.turn })
   return r.value
+}
+
+/** After the unit that opened or declined a continuation committed: its metric, and CRASH_LOOP (SPEC §19.5). */
+function continuationSettled(loop: Loop, duty: ContinuationDuty, decision: ContinuationDecision): void {
+  loop.services.metrics?.continuations.inc({ decision })
+  if (decision === 'continue') {
+    loop.logger.info({ continues: duty.turn, carried: duty.carried.length }, 'continuing a turn interrupted by a crash')
+    return
+  }
+  if (decision !== 'crash-loop') return
+  const error: LlmFailure = { message: `turn ${duty.turn} was interrupted by a crash ${duty.failedContinuations + 1} times in a row without an answer; it is not continued again`, code: 'CRASH_LOOP' }
+  loop.logger.warn({ turn: duty.turn, failedContinuations: duty.failedContinuations }, 'crash-loop limit: the interrupted turn is not continued')
+  loop.notify('agent/error', { turn: duty.turn, step: 0, error })
 }
 
 /** API.md §15: no running-session slot was free, so nothing of the unit was written; the session
@@ -105,7 +148,7 @@ function waitForSlot(e: unknown): null {
 export async function drive(ctl: DriverControl, first: OpenedTurn): Promise<void> {
   let next: OpenedTurn | null = first
   while (next) {
-    const after = await runTurn(turnContext(ctl.loop, ctl.run.current!, next.turn), next.claimed)
+    const after = await runTurn(turnContext(ctl.loop, ctl.run.current!, next.turn, next.continues), next.claimed)
     if (after === 'idle') return
     if (after === 'latched') {
       // leaving the driver makes the Agent idle; the latch wakes it once more
@@ -140,7 +183,8 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
         park = true
         break
       }
-      if (p.decision.messages.length === 0 && tc.step === 0) {
+      // SPEC §19.3: a continuation's first step is entered even with an empty batch
+      if (p.decision.messages.length === 0 && tc.step === 0 && tc.continues === undefined) {
         reason = { kind: 'completed' }
         park = true
         break

@@ -142,8 +142,23 @@ export function handleClientError(err: NodeJS.ErrnoException, socket: Socket): v
   }
   // a request parsed before the bad bytes is answered first (HTTP/1.1 pipelining keeps the order)
   const inFlight = (socket as unknown as { _httpMessage?: http.ServerResponse })._httpMessage
-  if (inFlight && !inFlight.writableFinished) inFlight.once('finish', answer)
-  else answer()
+  if (inFlight && !inFlight.writableFinished && inFlight.req?.complete !== false) return void inFlight.once('finish', answer)
+  // …unless the error is that request's own: its body timed out, is malformed, or ended early (the
+  // client went away mid-body). Its route would wait for the rest forever, so it is answered here
+  // (unless it began its own answer, or nobody is left to read one) and the socket closed; the route
+  // then sees its request aborted.
+  if (inFlight && !inFlight.writableFinished) {
+    if (inFlight.headersSent || err.code === 'HPE_INVALID_EOF_STATE') return void socket.destroy()
+    const e = clientErrorOf(err)
+    const body = JSON.stringify(e.toJSON())
+    inFlight.shouldKeepAlive = false
+    inFlight.writeHead(e.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' })
+    inFlight.end(body)
+    socket.resume()
+    setTimeout(() => socket.destroy(), LINGER_MS).unref()
+    return
+  }
+  answer()
 }
 
 /** The errors plugin: the error and not-found handlers of the scope that registers it (the root). */

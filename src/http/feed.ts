@@ -10,9 +10,8 @@ import type { HttpDeps } from './deps.js'
 import { sessionOf, sessionStatus } from './session.js'
 
 export const PING_MS = 15000
-/** a subscriber whose socket buffers this much is paused; past SLOW_MS paused, it is dropped */
+/** a subscriber whose socket buffers this much is paused; past AGENTD_SLOW_CONSUMER_MS paused, it is dropped */
 export const HIGH_WATER = 1 << 20
-export const SLOW_MS = 30000
 
 export interface Transport {
   durable(e: FeedEvent): void

@@ -8,11 +8,14 @@ import { getSessionByKey } from '../store/index.js'
 import { bodyHash, toUserMessage, type DeliveryRoute } from '../agent/index.js'
 import type { HttpDeps } from './deps.js'
 import { toApiError } from './errors.js'
-import { batch, HIGH_WATER, parseAfter, PING_MS, SLOW_MS, sseDurable, sseLive, subscribe, wsDurable, wsLive, type Transport } from './feed.js'
+import { batch, HIGH_WATER, parseAfter, PING_MS, sseDurable, sseLive, subscribe, wsDurable, wsLive, type Transport } from './feed.js'
 import { sessionOf } from './session.js'
 import * as S from './schemas.js'
 
 const facts = { session: true, queryToken: true, unlimited: true } as const
+/** WebSocket ops waiting on one socket before it is no longer read, and the count it is read again at */
+const OPS_QUEUED = 64
+const OPS_RESUME = 16
 
 export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
   const streams = new Set<{ end(reason?: string): void }>()
@@ -66,7 +69,7 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
       writable: () => {
         if (closed) return false
         if (res.writableLength + pending.length * 1024 < HIGH_WATER) return true
-        if (pausedSince && Date.now() - pausedSince > SLOW_MS) handle.end('slow-consumer')
+        if (pausedSince && Date.now() - pausedSince > deps.config.slowConsumerMs) handle.end('slow-consumer')
         return false
       },
       end: (reason) => handle.end(reason),
@@ -82,6 +85,8 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
       write(': ping\n\n')
       t.writable()
     }, PING_MS)
+    // a client gone while auth and the session load ran closed the socket before the listener above
+    if (res.destroyed || req.raw.socket?.destroyed) return handle.end()
     await sub.start()
   })
 
@@ -130,11 +135,28 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
         clearInterval(ping)
         handle.end()
       })
+      // ops run one at a time, in the order sent (acks come back in that order); a client flooding ops
+      // stops being read while OPS_QUEUED wait, and each op yields to the event loop, so a flood costs
+      // bounded memory and does not starve other clients (an in-process database answers without I/O)
+      const ops: string[] = []
+      let running = false
+      const runOps = async () => {
+        running = true
+        while (ops.length && !closed) {
+          const text = ops.shift()!
+          if (ops.length < OPS_RESUME && socket.isPaused) socket.resume()
+          await handleOp(text).catch((e) => {
+            const ae = toApiError(e)
+            send({ event: 'error', data: { code: ae.code, message: ae.message } })
+          })
+          await new Promise((r) => setImmediate(r))
+        }
+        running = false
+      }
       socket.on('message', (raw) => {
-        void handleOp(String(raw)).catch((e) => {
-          const ae = toApiError(e)
-          send({ event: 'error', data: { code: ae.code, message: ae.message } })
-        })
+        ops.push(String(raw))
+        if (ops.length >= OPS_QUEUED && !socket.isPaused) socket.pause()
+        if (!running) void runOps()
       })
       const handleOp = async (text: string) => {
         let msg: { op?: unknown; content?: unknown; id?: unknown; keepInbox?: unknown }

@@ -52,7 +52,7 @@ const CATALOGUE: Record<string, Check> = {
     if (!optional(d.outcome, (v) => v === 'canceled')) return "outcome must be 'canceled' when present"
     return undefined
   },
-  'turn/start': turnOnly,
+  'turn/start': (d) => turnOnly(d) ?? (!optional(d.continues, (v) => isInt(v, 1) && (v as number) < (d.turn as number)) ? 'continues must be an earlier turn when present' : undefined),
   'turn/end': (d) => turnOnly(d) ?? (!isObj(d.reason) || !END_KINDS.has(d.reason.kind as string) ? 'reason must be a TurnEndReason' : undefined),
   'step/start': turnStep,
   'step/end': turnStep,

@@ -74,6 +74,12 @@ class PgDb implements Db {
       throw new DbUnavailableError(e)
     }
     let broken = false
+    // pg-pool takes its error listener off a checked-out client: a connection lost between two queries
+    // of this transaction (the server went away) would be an unhandled 'error' that ends the process
+    const lost = () => {
+      broken = true
+    }
+    client.on('error', lost)
     const tx: Queryable = {
       async query<R>(sql: string, params?: unknown[]) {
         const r = await client.query(sql, params as unknown[])
@@ -93,6 +99,7 @@ class PgDb implements Db {
       }
       throw isConnectionError(e) ? new DbUnavailableError(e) : e
     } finally {
+      client.off('error', lost)
       client.release(broken)
     }
   }
@@ -103,6 +110,11 @@ class PgDb implements Db {
 
   async withConnection<T>(fn: (conn: Queryable & { exec(sql: string): Promise<void> }) => Promise<T>): Promise<T> {
     const client = await this.pool.connect()
+    let broken = false
+    const lost = () => {
+      broken = true
+    }
+    client.on('error', lost)
     try {
       return await fn({
         async query<R>(sql: string, params?: unknown[]) {
@@ -114,7 +126,8 @@ class PgDb implements Db {
         },
       })
     } finally {
-      client.release()
+      client.off('error', lost)
+      client.release(broken)
     }
   }
 

@@ -166,6 +166,8 @@ export interface RowPatch {
   usage?: UsageTotals
   /** the unit's latest turn/end (API.md §4 lastTurn) */
   lastTurn?: LastTurn
+  /** SPEC §19: the turn a continuation is owed for; null once it opened or was declined */
+  continueTurn?: number | null
 }
 
 /** The SET list of a row move: next_seq, last_time and the patch; params start after `offset`. */
@@ -191,6 +193,7 @@ export function rowSets(log: { nextSeq: number; lastTime: number } | null, p: Ro
   if (p.cancelPending !== undefined) add('cancel_pending = ?', p.cancelPending)
   if (p.wakeLatched !== undefined) add('wake_latched = ?', p.wakeLatched)
   if (p.lastTurn) add('last_turn = ?', JSON.stringify(p.lastTurn))
+  if (p.continueTurn !== undefined) add('continue_turn = ?', p.continueTurn)
   if (p.usage) {
     add('input_tokens = input_tokens + ?', p.usage.inputTokens)
     add('output_tokens = output_tokens + ?', p.usage.outputTokens)

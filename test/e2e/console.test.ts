@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest'
 import { startTestApp, type TestApp } from '../helpers/app.js'
+import { leaveCrashedTurn } from '../helpers/crashed.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
 import { SDK_DIR, WEB_DIR } from '../../src/http/ops.js'
@@ -510,6 +511,27 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
     const log = (await t.api('GET', `/v1/sessions/${encodeURIComponent(id)}/events?limit=5000`, undefined, { key: tenant.key })).body.events
     expectValidLog(log)
     expect(log.filter((e: any) => e.type === 'turn/end').map((e: any) => e.data.reason.kind)).toEqual(['error', 'aborted', 'completed'])
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
+
+  it('a continuation turn after crash repair shows as continuing after an interruption (SPEC §19)', async () => {
+    const tenant = await newTenant('continued')
+    const id = await tenant.createSession('Continued')
+    t.models.script(id, { text: ['Picking up where I was.'] })
+    await leaveCrashedTurn(t.app.db, id, { cancel: false })
+    await expect
+      .poll(async () => (await t.api('GET', `/v1/sessions/${encodeURIComponent(id)}/events?limit=5000`, undefined, { key: tenant.key })).body.events.filter((e: any) => e.type === 'turn/end').length, { timeout: 15000 })
+      .toBe(2)
+    const page = await newPage()
+    explainOnFailure(page, () => id)
+    await openConsole(page, t.url, tenant.key)
+    await pickSession(page, `.session-item[data-id="${id}"]`)
+    await expect.poll(() => assistantTexts(page), WAIT).toEqual(['Picking up where I was.'])
+    expect(await texts(page, '#transcript .turn-start.continuation .continuation-tag')).toEqual(['continuing after an interruption (turn 1)'])
+    expect(await page.$$eval('#transcript .turn-start', (els) => els.map((e) => (e as any).dataset.continues ?? null))).toEqual([null, '1'])
+    expect(await page.$$eval('#transcript .turn-end', (els) => els.map((e) => (e as any).dataset.reason))).toEqual(['interrupted', 'completed'])
+    await looksRight(page, 'continuation')
     expect(pageErrors).toEqual([])
     await page.context().close()
   }, 60000)

@@ -315,6 +315,8 @@ export interface ApiResult<T = any> {
 export interface ClusterOptions {
   processes: number
   env?: Record<string, string>
+  /** where the database comes from (default: a fresh one of the test run's template; the fault suite brings its own) */
+  database?: () => Promise<{ url: string; drop(): Promise<void> }>
 }
 
 export interface Cluster {
@@ -354,7 +356,7 @@ let markers = 0
 
 export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   installExitHook()
-  const fresh = await freshPgDatabase()
+  const fresh = await (o.database ?? freshPgDatabase)()
   const pool = new pg.Pool({ connectionString: fresh.url, max: 4 })
   const llm = await startMockLlm()
   const tools = await startToolServer()

@@ -22,7 +22,7 @@ const ADMIN_TOKEN = 'sdk-e2e-admin'
  * outcome while this is false; once §19 lands, set it to true, and a crash that is not followed by a
  * `turn/start {continues}` turn fails them (sdk-stream.test.ts, chat-tmux.test.ts).
  */
-export const CONTINUATION_EXPECTED = false
+export const CONTINUATION_EXPECTED = true
 
 export interface AgentdProcess {
   readonly kind: DbKind

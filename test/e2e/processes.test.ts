@@ -227,7 +227,7 @@ describe('agentd processes on one PostgreSQL', () => {
     expect((await c.api(0, 'GET', `/v1/sessions/${s.id}/inbox`)).body).toEqual({ nextTurn: [], nextStep: [] })
   })
 
-  it('SIGKILL of the lease holder mid-tool: a survivor repairs the turn within the lease TTL + 2 s, the tool is not run again, SSE resumes on the survivor', async () => {
+  it('SIGKILL of the lease holder mid-tool: a survivor repairs the turn within the lease TTL + 2 s and continues it (SPEC §19), the tool is not run again, SSE resumes on the survivor', async () => {
     const key = `slow-${Date.now()}`
     const s = await c.createSession(0, { tools: [httpTool(c.tools, 'slow', 'hold', key)] })
     c.llm.script(s.marker, { toolCalls: [{ id: 'call_s1', name: 'slow', arguments: {} }] })
@@ -273,24 +273,27 @@ describe('agentd processes on one PostgreSQL', () => {
     const ids = durable(subs[holder].frames).map((f) => Number(f.id))
     const resumed = await subscribe(survivor, s.id, ids.length ? { 'last-event-id': String(ids.at(-1)) } : {})
 
-    // a new followup on the survivor runs normally, as a new loop instance
+    // SPEC §19: without new input the survivor continues turn 1; the model sees the synthetic result
+    const cont = await c.waitForTurnEnd(survivor, s.id, 2, 15000)
+    const fromSeed = cont.filter((e) => e.seq > seed.seq)
+    expect(fromSeed[0]).toMatchObject({ type: 'turn/start', data: { turn: 2, continues: 1 } })
+    expect(fromSeed.find((e) => e.type === 'request/header')?.data.reason).toBe('resume')
+    expect(fromSeed.some((e) => e.type === 'user/message')).toBe(false)
+    expect(cont.at(-1).data.reason).toEqual({ kind: 'completed' })
+    const req2 = c.llm.requests(s.marker)[1]
+    expect(req2.body.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'call_s1' })
+
+    // a new followup on the survivor runs as an ordinary turn
     expect((await c.api(survivor, 'POST', `/v1/sessions/${s.id}/followup`, { content: 'are you still there?' })).status).toBe(202)
-    const log = await c.waitForTurnEnd(survivor, s.id, 2)
+    const log = await c.waitForTurnEnd(survivor, s.id, 3)
     expectValidLog(log)
     expect(log.at(-1).data.reason).toEqual({ kind: 'completed' })
-    // after the marker: the delivery, then turn 2 (no turn was opened without new input)
-    const fromSeed = log.filter((e) => e.seq > seed.seq)
-    expect(fromSeed[0].type).toBe('agent/inbox/spliced')
-    expect(fromSeed[1]).toMatchObject({ type: 'turn/start', data: { turn: 2 } })
-    expect(fromSeed.find((e) => e.type === 'request/header')?.data.reason).toBe('resume')
+    expect(log.find((e) => e.type === 'turn/start' && e.data.turn === 3).data).toEqual({ turn: 3 })
     expect(c.tools.calls('hold', key)).toHaveLength(1)
-    // the model saw the synthetic result for the call
-    const req2 = c.llm.requests(s.marker)[1]
-    expect(req2.body.messages.some((m: any) => m.role === 'tool' && m.tool_call_id === 'call_s1')).toBe(true)
-    expect(c.llm.requests(s.marker)).toHaveLength(2)
+    expect(c.llm.requests(s.marker)).toHaveLength(3)
 
     // every durable event exactly once across the kill, on both subscribers
-    for (const sub of [resumed, subs[survivor]]) await until('turn 2 end on the subscriber', () => durable(sub.frames).some((f) => f.json.type === 'turn/end' && f.json.data.turn === 2))
+    for (const sub of [resumed, subs[survivor]]) await until('turn 3 end on the subscriber', () => durable(sub.frames).some((f) => f.json.type === 'turn/end' && f.json.data.turn === 3))
     const across = [...durable(subs[holder].frames), ...durable(resumed.frames)]
     expect(across.map((f) => Number(f.id))).toEqual(log.map((e) => e.seq))
     expect(across.map((f) => f.json)).toEqual(log)

@@ -41,8 +41,9 @@ describe.each(DB_KINDS)('@agentd/client across kill -9 of agentd on %s', (kind) 
   it('the stream yields every durable seq exactly once, in order, across a kill -9 mid-answer and a restart; then the repair closers, then the continuation when the server has SPEC §19', async () => {
     const marker = `[[m:sdk-${kind}-${crypto.randomBytes(4).toString('hex')}]]`
     const s = await client.sessions.create({ system: `You are a test agent ${marker}` })
-    // the first answer holds after two deltas until the process dies; a continuation gets the second
-    a.llm.script(marker, { chunks: ['Hel', 'lo ', 'wor', 'ld'], holdAfter: 2, gate: new Promise(() => {}) }, { chunks: ['continued ', 'answer'] })
+    // the first answer holds after two deltas until the process dies; a continuation gets the second,
+    // late enough that the stream has reconnected (its backoff is at most 5 s) to see it live
+    a.llm.script(marker, { chunks: ['Hel', 'lo ', 'wor', 'ld'], holdAfter: 2, gate: new Promise(() => {}) }, { chunks: ['continued ', 'answer'], delayMs: 6000 })
     const frames: StreamFrame[] = []
     const stream = client.stream(s.id)
     const reading = (async () => {

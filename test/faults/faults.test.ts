@@ -11,7 +11,7 @@ const DBS: DbKind[] = ['pglite', 'pg']
 
 describe.each(PARTS)('fault suite, short: $name', (part) => {
   it.each(DBS)(`on %s (seed ${seed})`, async (db) => {
-    const r = await part.run({ size: 'short', seed, db, log: () => {} })
+    const r = await part.run({ size: 'short', seed, db, inTest: true, log: () => {} })
     process.stdout.write(`${formatTable(`${part.name} on ${db}`, r.rows)}\n`)
     expect(r.violations.slice(0, 20), `${r.violations.length} violations; replay: npm run faults -- --seed ${seed} --only ${part.name} --db ${db}`).toEqual([])
   }, 300_000)

@@ -123,6 +123,8 @@ interface Built {
 class Pools {
   readonly sessions: string[] = []
   readonly byName = new Map<string, string[]>()
+  /** values never aimed at: the two tenants under test (limits or revoked keys of theirs would turn the rest into 429s and 401s) */
+  readonly protect = new Set<string>()
   learn(v: unknown, parent = ''): void {
     if (Array.isArray(v)) return v.forEach((x) => this.learn(x, parent))
     if (!v || typeof v !== 'object') return
@@ -136,6 +138,7 @@ class Pools {
     }
   }
   private add(name: string, value: string) {
+    if (this.protect.has(value)) return
     const list = this.byName.get(name) ?? []
     if (list.length < 200 && !list.includes(value)) list.push(value)
     this.byName.set(name, list)
@@ -178,7 +181,7 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
   let healthChecks = 0
   try {
     const admin = { authorization: `Bearer ${target.adminToken}`, 'content-type': 'application/json' }
-    const mk = async (name: string) => (await wireRequest(target.url, { method: 'POST', path: '/v1/admin/tenants', headers: admin, body: JSON.stringify({ name }) })).body as { apiKey: string; tenant: { id: string } }
+    const mk = async (name: string) => (await wireRequest(target.url, { method: 'POST', path: '/v1/admin/tenants', headers: admin, body: JSON.stringify({ name }) })).body as { apiKey: string; keyId?: string; tenant: { id: string } }
     const a = await mk('fuzz-a')
     const b = await mk('fuzz-b')
     const hints: Hints = {
@@ -192,7 +195,10 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
     }
     const pools = new Pools()
     const theirs = new Pools()
-    pools.learn({ tenant: a.tenant })
+    // admin routes aim at a tenant of their own, never at a or b
+    const c = await mk('fuzz-admin-target')
+    for (const t of [a, b]) for (const v of [t.tenant.id, t.keyId]) if (v) pools.protect.add(v)
+    pools.learn({ tenant: c.tenant })
     /** requests under /v1 other than admin ones are a tenant's */
     const scopeOf = (r: Built) => (r.path.startsWith('/v1/') && !r.path.startsWith('/v1/admin/') ? 'tenant' : 'other')
     const known = new Set<string>()

@@ -3,7 +3,13 @@
 
 import type { FaultPart } from './lib/part.js'
 import { fuzz } from './fuzz.js'
+import { hostile } from './hostile.js'
+import { outage } from './outage.js'
+import { soak } from './soak.js'
 
 export const PARTS: FaultPart[] = [
   fuzz,
+  hostile,
+  outage,
+  soak,
 ]

@@ -31,6 +31,12 @@ export function violations(events: SessionEvent[]): string[] {
   let headersSinceSeed = 0
   let seenHeader = false
   let stepHasUser = false
+  // SPEC §19.7
+  const claimedBy = new Map<string, number>() // message id → the turn whose claim took it
+  const continues = new Map<number, number>() // turn → the turn it continues
+  const endedInterrupted = new Set<number>()
+  const continued = new Set<number>()
+  const admitted = new Set<string>()
   events.forEach((e, i) => {
     const d = e.data as any
     // 1. seq dense from 0, time non-decreasing
@@ -46,10 +52,18 @@ export function violations(events: SessionEvent[]): string[] {
         if (d.turn !== lastTurn + 1) at(e, `turn ${d.turn} after ${lastTurn}`)
         openTurn = lastTurn = d.turn
         lastStep = 0
+        if (d.continues !== undefined) {
+          // 17. continues names a turn that ended interrupted, and no two turns continue the same one
+          if (!endedInterrupted.has(d.continues)) at(e, `continues ${d.continues}, which did not end interrupted`)
+          if (continued.has(d.continues)) at(e, `turn ${d.continues} is continued twice`)
+          continued.add(d.continues)
+          continues.set(d.turn, d.continues)
+        }
         break
       case 'turn/end':
         if (openTurn !== d.turn) at(e, 'turn/end of a turn that is not open')
         if (openStep !== null) at(e, 'turn/end inside a step')
+        if (d.reason?.kind === 'interrupted') endedInterrupted.add(d.turn)
         openTurn = null
         break
       case 'step/start':
@@ -109,7 +123,17 @@ export function violations(events: SessionEvent[]): string[] {
           resultOrder.push(id)
         }
         break
-      case 'user/message':
+      case 'user/message': {
+        // 16. no id admitted twice
+        if (admitted.has(d.id)) at(e, `message ${d.id} admitted twice`)
+        admitted.add(d.id)
+        // 15. a message claimed by another turn is admitted only by a continuation (chain) of that turn
+        const by = claimedBy.get(d.id)
+        if (by !== undefined && by !== openTurn) {
+          let t = openTurn === null ? undefined : continues.get(openTurn)
+          while (t !== undefined && t !== by) t = continues.get(t)
+          if (t !== by) at(e, `message ${d.id} claimed by turn ${by} is admitted in turn ${openTurn}, which does not continue it`)
+        }
         if (e.surfaceOp === 'append') {
           // 6. inside an open step, on its first attempt (before any settlement)
           if (openStep === null) at(e, 'user/message outside a step')
@@ -117,6 +141,7 @@ export function violations(events: SessionEvent[]): string[] {
           stepHasUser = true
         }
         break
+      }
       case 'system/message':
         // 7. a step's prompt appends precede its users
         if (e.surfaceOp === 'append' && stepHasUser) at(e, 'a system append after the step admitted users')
@@ -129,7 +154,11 @@ export function violations(events: SessionEvent[]): string[] {
         }
         const removed = list.splice(d.start, d.removedCount ?? 0)
         if (removed.length !== (d.removedCount ?? 0)) at(e, 'splice out of range')
-        if (!d.outcome) for (const m of removed) claimed.add(m.id)
+        if (!d.outcome)
+          for (const m of removed) {
+            claimed.add(m.id)
+            if (openTurn !== null) claimedBy.set(m.id, openTurn)
+          }
         const pending = new Set([...inbox['next-turn'], ...inbox['next-step']].map((m) => m.id))
         for (const m of d.inserted ?? []) {
           // 12. claimed never re-enters; no id pending twice

@@ -32,6 +32,12 @@ const routes: Record<string, (req: http.IncomingMessage, res: http.ServerRespons
     res.writeHead(302, { location: 'http://169.254.169.254/' })
     res.end()
   },
+  '/redirect-any': (req, res) => {
+    // /redirect-any?status=307&to=http://… answers that redirect
+    const q = new URL(req.url ?? '/', 'http://x').searchParams
+    res.writeHead(Number(q.get('status')), { location: q.get('to') ?? '/' })
+    res.end()
+  },
   '/not-json': (_req, res) => {
     res.setHeader('content-type', 'application/json')
     res.end('{"content": "unterminated')
@@ -259,6 +265,34 @@ describe('http tool address guard', () => {
     const ok = await call('', { url, policy: parseToolHosts('127.0.0.1'), resolve: rebinding })
     expect(ok).toEqual({ content: [{ type: 'text', text: 'hello from the tool' }], isError: false })
     expect(seen.map((s) => s.headers.host)).toEqual([`tools.test:${port}`])
+  })
+
+  it('DNS answering a public address first and a private one next: the creation check passes, the connect-time check refuses the second', async () => {
+    // a rebinding name server: each lookup of the name gets the next answer (TTL 0)
+    const answers = [['93.184.216.34'], ['10.0.0.7'], ['127.0.0.1']]
+    let lookups = 0
+    const dns: Resolver = async () => answers[Math.min(lookups++, answers.length - 1)]!
+    const url = `http://rebind.test:${port}/string`
+    const policy = parseToolHosts('')
+    expect(await checkToolUrl(url, policy, dns)).toBeNull()
+    expectError(await call('', { url, policy, resolve: dns }), 'TOOL_ERROR', /^Error: tool address refused: rebind\.test resolves to 10\.0\.0\.7, a private address/)
+    expectError(await call('', { url, policy, resolve: dns }), 'TOOL_ERROR', /^Error: tool address refused: rebind\.test resolves to 127\.0\.0\.1, a loopback address/)
+    expect(lookups).toBe(3)
+    expect(connections).toBe(0)
+    expect(seen).toHaveLength(0)
+  })
+
+  it('never follows a redirect, whatever its status, to a private address or an allowed one', async () => {
+    const targets = ['http://127.0.0.1/', 'http://10.0.0.1/admin', 'http://[::1]/', 'http://169.254.169.254/latest/meta-data/', `http://127.0.0.1:${port}/string`]
+    for (const status of [301, 302, 303, 307, 308]) {
+      for (const to of targets) {
+        seen.length = 0
+        const out = await call(`/redirect-any?status=${status}&to=${encodeURIComponent(to)}`)
+        expectError(out, 'TOOL_HTTP_STATUS', `Error: tool answered HTTP ${status}`)
+        // the one request is the call itself: the Location was not requested
+        expect(seen.map((x) => x.path.split('?')[0])).toEqual(['/redirect-any'])
+      }
+    }
   })
 
   it('refuses schemes other than http and https', async () => {

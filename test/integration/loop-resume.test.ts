@@ -159,7 +159,7 @@ describe.each(DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => 
     expect(await leaseOwner(key)).toBeNull()
   })
 
-  it('C24 crash repair: a log left inside an open turn is taken over by the scan and closed deterministically, then marked', async () => {
+  it('C24 crash repair: a log left inside an open turn is taken over by the scan and closed deterministically, then marked; §19: the turn is continued', async () => {
     const s = await t.createSession({ system: 'P' })
     const key = await keyOf(s.id)
     const T = Date.now() - 5000
@@ -230,19 +230,25 @@ describe.each(DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => 
     expect(seed.time).toBeGreaterThanOrEqual(T)
     expect(d(seed)).toEqual({})
     expectValidLog(evs)
-    // nothing was pending: the run state settles idle without a turn
-    await t.waitIdle(s.id)
-    expect(ofType(await t.events(s.id), 'turn/start')).toHaveLength(1)
-    // the next followup's request shows the synthetic results
+    // SPEC §19.3: the crashed holder's wake was unspent, so the holder continues turn 1 without new
+    // input: turn 2 {continues: 1} admits nothing new and asks the model, which sees the synthetic results
     t.models.script(s.id, { text: ['checked'] })
-    await post(s.id, 'followup', { content: 'what happened?' })
-    evs = await t.waitForTurnEnd(s.id, 2)
+    evs = await t.waitForTurnEnd(s.id, 2, 8000)
+    expect(d(ofType(evs, 'turn/start').at(-1))).toEqual({ turn: 2, continues: 1 })
+    expect(d(turnEnd(evs, 2)).reason).toEqual({ kind: 'completed' })
+    expect(userTexts(evs)).toEqual(['do two things'])
     const req = t.models.requestsOf(s.id)[0]
     const results = req.context.messages.filter((m) => m.role === 'toolResult') as any[]
     expect(results.map((m) => [m.toolCallId, m.isError])).toEqual([['call_first', true], ['call_second', true]])
     expect(JSON.stringify(results[0].content)).toContain(text1.slice(7, 40))
+    expect(req.context.messages.at(-1)?.role).toBe('toolResult')
     expect(d(ofType(evs, 'request/header').at(-1)).reason).toBe('resume')
-    expect(d(turnEnd(evs, 2)).reason).toEqual({ kind: 'completed' })
+    // a later followup is an ordinary turn
+    t.models.script(s.id, { text: ['fine'] })
+    await post(s.id, 'followup', { content: 'what happened?' })
+    evs = await t.waitForTurnEnd(s.id, 3)
+    expect(d(ofType(evs, 'turn/start').at(-1))).toEqual({ turn: 3 })
+    expect(d(turnEnd(evs, 3)).reason).toEqual({ kind: 'completed' })
     expectValidLog(evs)
     expect(problems).toEqual([])
   })

@@ -258,6 +258,22 @@ describe.each(DB_KINDS)('GET /metrics on %s', (kind) => {
     expect(moved(before, after, 'agentd_turns_total', { reason: 'interrupted' })).toBe(1)
     // the process did not run the turn, so there is no duration to observe
     expect(histMoved(before, after, 'agentd_turn_duration_seconds').count).toBe(0)
+    // SPEC §19.5: the cancel pending at the crash declined the continuation
+    expect(moved(before, after, 'agentd_continuations_total', { decision: 'cancelled' })).toBe(1)
+    expect(moved(before, after, 'agentd_continuations_total', { decision: 'continue' })).toBe(0)
+  })
+
+  it('a continuation after crash repair counts as decision continue, and its turn by its end reason', async () => {
+    const s = await create()
+    t.models.script(s.id, { text: ['back'] })
+    const before = await scrape()
+    await leaveCrashedTurn(t.app.db, s.id, { cancel: false })
+    await t.waitForTurnEnd(s.id, 2, 10000)
+    await t.waitIdle(s.id)
+    const after = await scrape()
+    expect(moved(before, after, 'agentd_continuations_total', { decision: 'continue' })).toBe(1)
+    expect(moved(before, after, 'agentd_turns_total', { reason: 'interrupted' })).toBe(1)
+    expect(moved(before, after, 'agentd_turns_total', { reason: 'completed' })).toBe(1)
   })
 
   it('gauges: running sessions, held leases (as the database has them), SSE and WebSocket subscribers', async () => {

@@ -13,6 +13,7 @@ import { ADMIN_TOKEN, startTestApp, type TestApp } from '../helpers/app.js'
 import { d, ofType } from '../helpers/events.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
+import { leaveCrashedTurn } from '../helpers/crashed.js'
 import { sleep, until } from '../helpers/wait.js'
 
 let t: TestApp | undefined
@@ -161,6 +162,39 @@ describe.each(DB_KINDS)('running-session slots on %s', (kind: DbKind) => {
     expect(sample.max.openTurns).toBe(1)
     expectValidLog(evs)
     expectValidLog(await t!.events(holder.id))
+    await until('no slot held', async () => (await slots()) === 0)
+  })
+
+  it('SPEC §19: a crash continuation takes a running-session slot like any turn: it waits while the slot is held, then runs', async () => {
+    await start({ AGENTD_LEASE_TTL_MS: '1500' })
+    await limits({ maxRunningSessions: 1 })
+    const holder = await t!.createSession()
+    const crashed = await t!.createSession()
+    const g = gate()
+    t!.models.script(holder.id, async () => {
+      await g.promise
+      return { text: ['done holding'] }
+    })
+    t!.models.script(crashed.id, { text: ['continued at last'] })
+    const sample = sampler(t!)
+    await followup(holder.id, 'hold the slot')
+    await until('the holder running', () => started(holder.id))
+    const left = await leaveCrashedTurn(t!.app.db, crashed.id, { cancel: false })
+    // repaired by the scan, but its continuation finds no free slot: nothing more is written, it waits
+    await t!.waitFor(crashed.id, (e) => e.type === 'session/end-seed', 10000)
+    await sleep(2500)
+    expect(started(crashed.id)).toBe(false)
+    expect((await t!.events(crashed.id)).length).toBe(left.events.length + 3)
+    expect(await status(crashed.id)).toBe('running')
+    g.open()
+    const evs = await t!.waitForTurnEnd(crashed.id, 2, 15000)
+    expect(d(ofType(evs, 'turn/start').at(-1))).toEqual({ turn: 2, continues: 1 })
+    expect(d(ofType(evs, 'turn/end').at(-1)).reason).toEqual({ kind: 'completed' })
+    expect(ofType(evs, 'user/message').map((e) => d(e).id)).toEqual([left.prompt.id])
+    await t!.waitIdle(crashed.id)
+    await sample.stop()
+    expect(sample.max.slots).toBe(1)
+    expectValidLog(evs)
     await until('no slot held', async () => (await slots()) === 0)
   })
 

@@ -96,11 +96,20 @@ describe('docs/configuration.md', () => {
     expect(dflt('AGENTD_BUILTIN_PLUGINS')).toBe(`\`${c.builtinPlugins.join(',')}\``)
     expect(dflt('AGENTD_RATE_LIMIT_PER_MIN')).toBe(`\`${c.rateLimitPerMin}\``)
     expect(dflt('AGENTD_SHUTDOWN_GRACE_MS')).toBe(`\`${c.shutdownGraceMs}\``)
+    expect(dflt('AGENTD_REQUEST_TIMEOUT_MS')).toBe(`\`${c.requestTimeoutMs}\``)
+    expect(dflt('AGENTD_SLOW_CONSUMER_MS')).toBe(`\`${c.slowConsumerMs}\``)
+    expect(dflt('AGENTD_CONTINUE_AFTER_CRASH')).toBe(`\`${c.continueAfterCrash}\``)
     expect(dflt('LOG_LEVEL')).toBe(`\`${c.logLevel}\``)
     expect(path.relative(process.cwd(), c.dataDir)).toBe(dflt('AGENTD_DATA_DIR').replace(/`/g, '').replace(/^\.\//, ''))
     for (const unset of ['DATABASE_URL', 'AGENTD_ADMIN_TOKEN', 'AGENTD_MODELS', 'AGENTD_TOOL_HOSTS', 'AGENTD_PLUGINS']) expect(dflt(unset), unset).toBe('unset')
     expect(c.databaseUrl ?? c.adminToken ?? c.modelsFile ?? c.toolHosts).toBeUndefined()
     expect(c.plugins).toEqual([])
+  })
+
+  it('AGENTD_CONTINUE_AFTER_CRASH takes 0 to 100 and refuses anything else', () => {
+    expect(loadConfig({ AGENTD_CONTINUE_AFTER_CRASH: '0' }).continueAfterCrash).toBe(0)
+    expect(loadConfig({ AGENTD_CONTINUE_AFTER_CRASH: '100' }).continueAfterCrash).toBe(100)
+    for (const bad of ['-1', '101', 'yes', '1.5']) expect(() => loadConfig({ AGENTD_CONTINUE_AFTER_CRASH: bad }), bad).toThrow(/AGENTD_CONTINUE_AFTER_CRASH/)
   })
 
   it('lists the log levels and roles src/config.ts accepts', () => {

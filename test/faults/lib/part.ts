@@ -10,6 +10,8 @@ export interface PartContext {
   /** every random choice of the run derives from it; the same seed replays the same requests */
   seed: number
   db: DbKind
+  /** inside `npm test`: a part whose short size takes minutes may do less of it (and says so in its table) */
+  inTest?: boolean
   /** progress lines (the runner prints them; the vitest file keeps quiet) */
   log(line: string): void
 }

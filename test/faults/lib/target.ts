@@ -12,7 +12,8 @@ import pino from 'pino'
 import { loadConfig } from '../../../src/config.js'
 import { startApp, type App } from '../../../src/app.js'
 import { openDb, type Db } from '../../../src/store/index.js'
-import { adminUrl, baseUrl } from '../../helpers/db-urls.js'
+import { baseUrl } from '../../helpers/db-urls.js'
+import { faultsAdminUrl } from './pg-admin.js'
 import { ScriptedModels } from '../../helpers/scripted.js'
 import type { DbKind } from './part.js'
 
@@ -58,15 +59,16 @@ export async function startToolServer(): Promise<ToolServer> {
 }
 
 /** A fresh database: a PGlite directory, or a new PostgreSQL database on the configured server. */
-async function freshDatabase(kind: DbKind): Promise<{ env: Record<string, string>; db: Db; drop(): Promise<void> }> {
+async function freshDatabase(kind: DbKind, server?: string): Promise<{ env: Record<string, string>; db: Db; drop(): Promise<void> }> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-faults-'))
   if (kind === 'pglite') {
     const db = await openDb({ dataDir })
     return { env: { AGENTD_DATA_DIR: dataDir }, db, drop: async () => fs.rmSync(dataDir, { recursive: true, force: true }) }
   }
   const name = `agentd_faults_${process.pid}_${crypto.randomBytes(4).toString('hex')}`
+  const adminUrl = server ?? (await faultsAdminUrl())
   const admin = async (sql: string) => {
-    const c = new pg.Client({ connectionString: adminUrl() })
+    const c = new pg.Client({ connectionString: adminUrl })
     await c.connect()
     try {
       await c.query(sql)
@@ -75,7 +77,7 @@ async function freshDatabase(kind: DbKind): Promise<{ env: Record<string, string
     }
   }
   await admin(`CREATE DATABASE ${name}`)
-  const url = baseUrl(name)
+  const url = server ? Object.assign(new URL(server), { pathname: `/${name}` }).toString() : baseUrl(name)
   const db = await openDb({ databaseUrl: url, dataDir })
   return {
     env: { DATABASE_URL: url, AGENTD_DATA_DIR: dataDir },
@@ -87,8 +89,16 @@ async function freshDatabase(kind: DbKind): Promise<{ env: Record<string, string
   }
 }
 
-export async function startTarget(kind: DbKind, env: Record<string, string> = {}): Promise<Target> {
-  const fresh = await freshDatabase(kind)
+/** A fresh, empty PostgreSQL database on the configured server (the servers started on it migrate it). */
+export async function freshPgServerDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const f = await freshDatabase('pg')
+  await f.db.close()
+  return { url: f.env.DATABASE_URL, drop: f.drop }
+}
+
+/** The server under attack; `pgServer` is a PostgreSQL server URL to make its database on (default: the configured one). */
+export async function startTarget(kind: DbKind, env: Record<string, string> = {}, o: { pgServer?: string } = {}): Promise<Target> {
+  const fresh = await freshDatabase(kind, o.pgServer)
   const tools = await startToolServer()
   const models = new ScriptedModels()
   const adminToken = `faults-${crypto.randomBytes(8).toString('hex')}`
