@@ -30,12 +30,14 @@ describe('the fault suite secrets check', () => {
     const found = await w.check()
     expect(found).toEqual(['secret leaked: a api key in what the server printed, line 2 of 3'])
     expect(found.join('')).not.toContain(key)
+    w.discard()
     // nothing planted: nothing found
     const clean = new LeakWatch()
     clean.stop()
     clean.add('api key', key)
     clean.print('the server', '{"msg":"fine"}\n')
     expect(await clean.check()).toEqual([])
+    clean.discard()
   })
 
   it('learns every apiKey of the answers while it watches', async () => {
@@ -47,6 +49,7 @@ describe('the fault suite secrets check', () => {
     expect(w.secretCount).toBe(1)
     w.print('p', `x ${key}`)
     expect(await w.check()).toHaveLength(1)
+    w.discard()
   })
 
   it('reports a key in a file of the data directory, except the key file holding its own key', async () => {

@@ -203,6 +203,7 @@ export async function runSoak(ctx: PartContext): Promise<PartResult> {
   } finally {
     leaks.stop()
     await cluster?.close().catch((e) => ctx.log(`soak: closing the cluster: ${(e as Error).message}`))
+    leaks.discard()
   }
 }
 

@@ -5,6 +5,7 @@
 // file), never the secret itself. Every part runs it before it closes its server.
 
 import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import { Writable } from 'node:stream'
 import type { Queryable } from '../../../src/store/index.js'
@@ -21,7 +22,9 @@ export function observeAnswer(body: unknown): void {
 
 export class LeakWatch {
   private readonly secrets = new Map<string, SecretKind>()
-  private readonly printed = new Map<string, string[]>()
+  /** what each source printed goes to a file of its own, not the heap (hostile measures the heap) */
+  private readonly printed = new Map<string, string>()
+  private spool: string | undefined
   /** files that hold a key by design (the generated secret-key file): path → the key they may hold */
   private readonly keyFiles = new Map<string, string>()
 
@@ -30,8 +33,16 @@ export class LeakWatch {
     active.add(this)
   }
 
+  /** stops learning API keys from answers */
   stop(): void {
     active.delete(this)
+  }
+
+  /** removes the files holding what was printed */
+  discard(): void {
+    if (this.spool) fs.rmSync(this.spool, { recursive: true, force: true })
+    this.spool = undefined
+    this.printed.clear()
   }
 
   /** a secret to look for; too short a value would match by chance, so the suite only gives long random ones */
@@ -59,9 +70,13 @@ export class LeakWatch {
 
   /** appends what a server printed under `source` */
   print(source: string, text: string): void {
-    const l = this.printed.get(source) ?? []
-    l.push(text)
-    this.printed.set(source, l)
+    let file = this.printed.get(source)
+    if (!file) {
+      this.spool ??= fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-faults-printed-'))
+      file = path.join(this.spool, `${this.printed.size}.log`)
+      this.printed.set(source, file)
+    }
+    fs.appendFileSync(file, text)
   }
 
   /** a stream to hand pino (or a child's stdout): everything written to it is kept under `source` */
@@ -90,8 +105,8 @@ export class LeakWatch {
   /** Searches what was printed, the database and the data directories; one line per place a secret was found. */
   async check(o: { db?: Queryable; dataDirs?: string[] } = {}): Promise<string[]> {
     const found: string[] = []
-    for (const [source, chunks] of this.printed) {
-      const lines = chunks.join('').split('\n')
+    for (const [source, file] of this.printed) {
+      const lines = fs.readFileSync(file, 'utf8').split('\n')
       lines.forEach((line, i) => {
         for (const h of this.hits(line)) found.push(`a ${h.kind} in what ${source} printed, line ${i + 1} of ${lines.length}`)
       })

@@ -169,6 +169,7 @@ export async function startTarget(kind: DbKind, env: Record<string, string> = {}
     async close() {
       leaks.stop()
       await app.close()
+      leaks.discard()
       models.close()
       await tools.close()
       await fresh.db.close()
