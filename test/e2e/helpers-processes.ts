@@ -317,6 +317,10 @@ export interface ClusterOptions {
   env?: Record<string, string>
   /** where the database comes from (default: a fresh one of the test run's template; the fault suite brings its own) */
   database?: () => Promise<{ url: string; drop(): Promise<void> }>
+  /** the models file's provider key (default a fixed literal); `env:NAME` reads it from `env` */
+  providerKey?: string
+  /** everything every process prints, whole (output() keeps only the tail) */
+  onOutput?(index: number, chunk: Buffer): void
 }
 
 export interface Cluster {
@@ -325,6 +329,8 @@ export interface Cluster {
   readonly llm: MockLlm
   readonly tools: ToolServer
   readonly procs: Proc[]
+  /** the processes' data directories live under it (data-i); removed by close() */
+  readonly dir: string
   /** the tenant's API key */
   key: string
   readonly adminToken: string
@@ -364,7 +370,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   const modelsFile = path.join(dir, 'models.json')
   fs.writeFileSync(
     modelsFile,
-    JSON.stringify({ providers: { mock: { api: 'openai-completions', baseUrl: llm.baseUrl, apiKey: 'literal-key', models: [{ id: 'scripted', contextWindow: 8192, maxTokens: 1024 }] } } }),
+    JSON.stringify({ providers: { mock: { api: 'openai-completions', baseUrl: llm.baseUrl, apiKey: o.providerKey ?? 'literal-key', models: [{ id: 'scripted', contextWindow: 8192, maxTokens: 1024 }] } } }),
   )
   const adminToken = `admin-${Math.random().toString(36).slice(2)}`
   const procs: Proc[] = []
@@ -392,6 +398,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     children.add(child)
     let out = ''
     const keep = (b: Buffer) => {
+      o.onOutput?.(i, b)
       // AGENTD_TEST_PROCESS_LOGS=dir keeps each process's output in a file, for diagnosis
       if (process.env.AGENTD_TEST_PROCESS_LOGS) fs.appendFileSync(path.join(process.env.AGENTD_TEST_PROCESS_LOGS, `p${i}.log`), b)
       out += b.toString()
@@ -458,6 +465,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     llm,
     tools,
     procs,
+    dir,
     key: '',
     adminToken,
     start,

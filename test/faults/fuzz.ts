@@ -5,6 +5,7 @@
 // a whole answer, no 5xx, §10's shape, tenant isolation; /healthz stays up; at the end every session
 // log passes the SPEC §15 checker. Routes added to the document are fuzzed without changing this file.
 
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import http from 'node:http'
 import path from 'node:path'
@@ -16,7 +17,7 @@ import { errorShapeViolation } from './lib/contract.js'
 import type { FaultPart, PartContext, PartResult } from './lib/part.js'
 import { operations, type Operation } from './lib/operations.js'
 import { cleanText, valueOf, type Hints } from './lib/schema-arb.js'
-import { startTarget, type Target } from './lib/target.js'
+import { putSecret, startTarget, type Target } from './lib/target.js'
 import { wireRequest, type WireAnswer } from './lib/wire.js'
 
 const DOC_FILE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../openapi/openapi.json')
@@ -184,6 +185,10 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
     const mk = async (name: string) => (await wireRequest(target.url, { method: 'POST', path: '/v1/admin/tenants', headers: admin, body: JSON.stringify({ name }) })).body as { apiKey: string; keyId?: string; tenant: { id: string } }
     const a = await mk('fuzz-a')
     const b = await mk('fuzz-b')
+    // secrets of both tenants, one sent as a header by the seed sessions' http tool; generated PUTs put values the check knows too
+    for (const [t, n] of [[a, 'FUZZ_TOKEN'], [b, 'FUZZ_TOKEN']] as const) if ((await putSecret(target, t.apiKey, n)) !== 204) problems.push(`PUT /v1/secrets/${n} was not accepted`)
+    const generatedSecrets = [0, 1, 2].map(() => `faults-fuzz-secret-${crypto.randomBytes(16).toString('hex')}`)
+    for (const v of generatedSecrets) target.leaks.add('secret value', v)
     const hints: Hints = {
       byName: {
         model: [target.models.ref(), 'faux/echo', 'nope/none'],
@@ -191,6 +196,7 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
         content: ['please use a tool', 'hello there', 'tool time', 'what now'],
         text: ['please use a tool', 'hi'],
         decision: ['allow', 'deny'],
+        value: generatedSecrets,
       },
     }
     const pools = new Pools()
@@ -344,7 +350,7 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
     const validPlans = fc.sample(planArb(doc, ops, hints, false), { seed, numRuns: validCount })
     // a head start: sessions to aim at before the generated creates made their own
     for (let i = 0; i < 4; i++) {
-      await send({ method: 'POST', path: '/v1/sessions', headers: { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ tools: [{ name: 'lookup', description: 'looks up', parameters: { type: 'object', properties: { q: { type: 'string' } } }, execution: { type: 'http', url: target.tools.url } }] }) }, 'seed session')
+      await send({ method: 'POST', path: '/v1/sessions', headers: { authorization: `Bearer ${a.apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ tools: [{ name: 'lookup', description: 'looks up', parameters: { type: 'object', properties: { q: { type: 'string' } } }, execution: { type: 'http', url: target.tools.url, headers: { 'x-token': 'secret:FUZZ_TOKEN' } } }] }) }, 'seed session')
     }
     const check = async (i: number) => {
       if (i % 50 !== 0) return
@@ -416,6 +422,8 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       turns += log.filter((e) => e.type === 'turn/end').length
       for (const v of logViolations(log)) problems.push(`session ${id}: §15: ${v}`)
     }
+    const leaked = await target.leakCheck()
+    problems.push(...leaked)
     const byClass = (lo: number, hi: number) => [...statuses].filter(([s]) => s >= lo && s < hi).reduce((n, [, c]) => n + c, 0)
     const rows: Array<[string, string | number]> = [
       ['seed', seed],
@@ -436,6 +444,8 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       ['turns ended', turns],
       ['events checked', events],
       ['http tool calls served', target.tools.calls],
+      ['secrets looked for', target.leaks.secretCount],
+      ['  leaked', leaked.length],
       ['violations', problems.length],
       ['seconds', Math.round((Date.now() - started) / 100) / 10],
     ]

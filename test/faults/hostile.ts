@@ -16,7 +16,7 @@ import net from 'node:net'
 import WebSocket from 'ws'
 import type { FaultPart, PartContext, PartResult } from './lib/part.js'
 import { Outcomes } from './lib/outcomes.js'
-import { startTarget, type Target } from './lib/target.js'
+import { putSecret, startTarget, type Target } from './lib/target.js'
 import { parseAnswers, rawExchange, wireRequest } from './lib/wire.js'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -84,6 +84,7 @@ export async function runHostile(ctx: PartContext): Promise<PartResult> {
     const t = await wireRequest(target.url, { method: 'POST', path: '/v1/admin/tenants', headers: admin, body: '{"name":"hostile"}' })
     const auth = `Bearer ${t.body.apiKey as string}`
     const json = { authorization: auth, 'content-type': 'application/json' }
+    if ((await putSecret(target, t.body.apiKey, 'HOSTILE_TOKEN')) !== 204) o.problem('PUT /v1/secrets/HOSTILE_TOKEN was not accepted')
     const newSession = async () => {
       const s = o.answer('create a session', await wireRequest(target.url, { method: 'POST', path: '/v1/sessions', headers: json, body: JSON.stringify({ model: target.models.ref() }) }), { expect: [201] })
       const id = s.body.id as string
@@ -247,7 +248,9 @@ export async function runHostile(ctx: PartContext): Promise<PartResult> {
     await wireRequest(target.url, { method: 'POST', path: `/v1/sessions/${wid}/cancel`, headers: json, body: '{}' })
     const loss = await o.noLoss(auth, [sid, wid, quiet])
     await o.alive('at the end')
-    rows.push(['inputs accepted', o.acceptedCount], ['lost', loss.lost], ['duplicated', loss.duplicated], ['invariant violations', loss.violations], ...o.statusRows(), ['violations', o.problems.length], ['seconds', Math.round((Date.now() - started) / 100) / 10])
+    const leaked = await target.leakCheck()
+    for (const l of leaked) o.problem(l)
+    rows.push(['inputs accepted', o.acceptedCount], ['lost', loss.lost], ['duplicated', loss.duplicated], ['invariant violations', loss.violations], ...o.statusRows(), ['secrets looked for', target.leaks.secretCount], ['  leaked', leaked.length], ['violations', o.problems.length], ['seconds', Math.round((Date.now() - started) / 100) / 10])
     return { rows, violations: o.problems }
   } finally {
     const srv = target.app.http!.server

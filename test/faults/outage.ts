@@ -11,7 +11,7 @@ import crypto from 'node:crypto'
 import type { FaultPart, PartContext, PartResult } from './lib/part.js'
 import { Outcomes } from './lib/outcomes.js'
 import { privatePgUnavailable, startPrivatePg, type PrivatePg } from './lib/private-pg.js'
-import { startTarget, type Target } from './lib/target.js'
+import { putSecret, startTarget, type Target } from './lib/target.js'
 import { wireRequest } from './lib/wire.js'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -88,6 +88,7 @@ export async function runOutage(ctx: PartContext): Promise<PartResult> {
     const t = await wireRequest(url, { method: 'POST', path: '/v1/admin/tenants', headers: admin, body: '{"name":"outage"}' })
     const auth = `Bearer ${t.body.apiKey as string}`
     const json = { authorization: auth, 'content-type': 'application/json' }
+    if ((await putSecret(target, t.body.apiKey, 'OUTAGE_TOKEN')) !== 204) o.problem('PUT /v1/secrets/OUTAGE_TOKEN was not accepted')
     const sessions: string[] = []
     for (let i = 0; i < z.sessions; i++) {
       const s = o.answer('create a session', await wireRequest(url, { method: 'POST', path: '/v1/sessions', headers: json, body: JSON.stringify({ model: target.models.ref() }) }), { expect: [201] })
@@ -226,6 +227,8 @@ export async function runOutage(ctx: PartContext): Promise<PartResult> {
       endings.set(r, (endings.get(r) ?? 0) + 1)
     }
     await o.alive('at the end')
+    const leaked = await target.leakCheck()
+    for (const l of leaked) o.problem(l)
     const sorted = [...recoveries].sort((a, b) => a - b)
     const five = [...o.statuses].filter(([s]) => s >= 500 && s !== 503).reduce((n, [, c]) => n + c, 0)
     rows.push(
@@ -248,6 +251,8 @@ export async function runOutage(ctx: PartContext): Promise<PartResult> {
       ['invariant violations', loss.violations],
       ...o.statusRows(),
       ['5xx other than 503', five],
+      ['secrets looked for', target.leaks.secretCount],
+      ['  leaked', leaked.length],
       ['violations', o.problems.length],
       ['seconds', Math.round((Date.now() - started) / 100) / 10],
     )

@@ -6,10 +6,13 @@
 // passes SPEC §15. It measures how long each takeover took. PGlite is one process: skipped there.
 
 import crypto from 'node:crypto'
+import path from 'node:path'
 import { startCluster, type Cluster } from '../e2e/helpers-processes.js'
 import type { FaultPart, PartContext, PartResult } from './lib/part.js'
 import { Outcomes } from './lib/outcomes.js'
-import { freshPgServerDatabase } from './lib/target.js'
+import { freshPgServerDatabase, putSecret } from './lib/target.js'
+import { LeakWatch } from './lib/leaks.js'
+import { openPg } from '../../src/store/index.js'
 import { wireRequest } from './lib/wire.js'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -33,10 +36,28 @@ export async function runSoak(ctx: PartContext): Promise<PartResult> {
   const z = ctx.inTest && ctx.size === 'short' ? { ...SIZES.short, kills: 4 } : SIZES[ctx.size]
   const since = () => `${Math.round((Date.now() - started) / 100) / 10} s`
   const leaseTtl = 1000
+  const o0: string[] = []
   let cluster: Cluster | undefined
+  // the secrets check: a literal provider key in the models file, the secret key, a tenant secret, every process's output
+  const leaks = new LeakWatch()
+  const secretKey = crypto.randomBytes(32).toString('base64')
+  const providerKey = `faults-provider-literal-${crypto.randomBytes(12).toString('hex')}`
+  leaks.add('secret key', secretKey)
+  leaks.add('provider key', providerKey)
   try {
-    cluster = await startCluster({ processes: z.processes, env: { AGENTD_LEASE_TTL_MS: String(leaseTtl) }, database: freshPgServerDatabase })
+    cluster = await startCluster({
+      processes: z.processes,
+      env: { AGENTD_LEASE_TTL_MS: String(leaseTtl), AGENTD_SECRET_KEY: secretKey, LOG_LEVEL: 'trace' },
+      database: freshPgServerDatabase,
+      providerKey,
+      onOutput: (i, b) => leaks.print(`process ${i}`, b.toString()),
+    })
     const c = cluster
+    leaks.add('admin token', c.adminToken)
+    leaks.add('api key', c.key)
+    // the models file holds the provider key by design
+    leaks.keyFile(path.join(c.dir, 'models.json'), providerKey)
+    if ((await putSecret({ url: c.procs[0].url, leaks }, c.key, 'SOAK_TOKEN')) !== 204) o0.push('PUT /v1/secrets/SOAK_TOKEN was not accepted')
     ctx.log(`soak: ${z.processes} processes up (${since()})`)
     const o = new Outcomes(c.procs[0].url)
     const auth = `Bearer ${c.key}`
@@ -152,6 +173,9 @@ export async function runSoak(ctx: PartContext): Promise<PartResult> {
       endings.set(r, (endings.get(r) ?? 0) + 1)
     }
     await o.alive('at the end')
+    const db = openPg(c.dbUrl, 2)
+    const leaked = await leaks.check({ db, dataDirs: [c.dir] }).finally(() => db.close())
+    for (const l of [...o0, ...leaked]) o.problem(l)
     const five = [...o.statuses].filter(([s]) => s >= 500 && s !== 503).reduce((n, [, x]) => n + x, 0)
     rows.push(
       ['processes', z.processes],
@@ -170,12 +194,16 @@ export async function runSoak(ctx: PartContext): Promise<PartResult> {
       ['invariant violations', loss.violations],
       ...o.statusRows(),
       ['5xx other than 503', five],
+      ['secrets looked for', leaks.secretCount],
+      ['  leaked', leaked.length],
       ['violations', o.problems.length],
       ['seconds', Math.round((Date.now() - started) / 100) / 10],
     )
     return { rows, violations: o.problems }
   } finally {
+    leaks.stop()
     await cluster?.close().catch((e) => ctx.log(`soak: closing the cluster: ${(e as Error).message}`))
+    leaks.discard()
   }
 }
 

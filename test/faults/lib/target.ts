@@ -14,8 +14,10 @@ import { startApp, type App } from '../../../src/app.js'
 import { openDb, type Db } from '../../../src/store/index.js'
 import { baseUrl } from '../../helpers/db-urls.js'
 import { faultsAdminUrl } from './pg-admin.js'
+import { wireRequest } from './wire.js'
 import { ScriptedModels } from '../../helpers/scripted.js'
 import type { DbKind } from './part.js'
+import { LeakWatch } from './leaks.js'
 
 export interface Target {
   app: App
@@ -24,6 +26,10 @@ export interface Target {
   db: Db
   models: ScriptedModels
   tools: ToolServer
+  /** what the secrets check looks for and what the server printed (its pino stream, at trace level) */
+  leaks: LeakWatch
+  /** the secrets check over what it printed, its database and its data directory: one line per leak */
+  leakCheck(): Promise<string[]>
   close(): Promise<void>
 }
 
@@ -59,11 +65,11 @@ export async function startToolServer(): Promise<ToolServer> {
 }
 
 /** A fresh database: a PGlite directory, or a new PostgreSQL database on the configured server. */
-async function freshDatabase(kind: DbKind, server?: string): Promise<{ env: Record<string, string>; db: Db; drop(): Promise<void> }> {
+async function freshDatabase(kind: DbKind, server?: string): Promise<{ env: Record<string, string>; dataDir: string; db: Db; drop(): Promise<void> }> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-faults-'))
   if (kind === 'pglite') {
     const db = await openDb({ dataDir })
-    return { env: { AGENTD_DATA_DIR: dataDir }, db, drop: async () => fs.rmSync(dataDir, { recursive: true, force: true }) }
+    return { env: { AGENTD_DATA_DIR: dataDir }, dataDir, db, drop: async () => fs.rmSync(dataDir, { recursive: true, force: true }) }
   }
   const name = `agentd_faults_${process.pid}_${crypto.randomBytes(4).toString('hex')}`
   const adminUrl = server ?? (await faultsAdminUrl())
@@ -81,6 +87,7 @@ async function freshDatabase(kind: DbKind, server?: string): Promise<{ env: Reco
   const db = await openDb({ databaseUrl: url, dataDir })
   return {
     env: { DATABASE_URL: url, AGENTD_DATA_DIR: dataDir },
+    dataDir,
     db,
     drop: async () => {
       await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
@@ -102,21 +109,46 @@ export async function startTarget(kind: DbKind, env: Record<string, string> = {}
   const tools = await startToolServer()
   const models = new ScriptedModels()
   const adminToken = `faults-${crypto.randomBytes(8).toString('hex')}`
+  const leaks = new LeakWatch()
+  leaks.add('admin token', adminToken)
+  // PostgreSQL needs a key for the secret routes; the embedded database generates one into its data directory
+  const secretKey = kind === 'pg' ? crypto.randomBytes(32).toString('base64') : undefined
+  leaks.add('secret key', secretKey)
+  // provider keys to leak: a literal in the models file and one read from the environment
+  const literalKey = `faults-provider-literal-${crypto.randomBytes(12).toString('hex')}`
+  const envKey = `faults-provider-env-${crypto.randomBytes(12).toString('hex')}`
+  leaks.add('provider key', literalKey)
+  leaks.add('provider key', envKey)
+  const providerModels = [{ id: 'm', contextWindow: 8192, maxTokens: 1024 }]
   const config = loadConfig({
     PORT: '0',
     HOST: '127.0.0.1',
     AGENTD_ADMIN_TOKEN: adminToken,
     AGENTD_TOOL_HOSTS: '127.0.0.1,localhost',
     AGENTD_RATE_LIMIT_PER_MIN: '1000000',
-    LOG_LEVEL: process.env.FAULTS_LOG_LEVEL ?? 'silent',
+    ...(secretKey ? { AGENTD_SECRET_KEY: secretKey } : {}),
     ...fresh.env,
     ...env,
   })
+  // everything the server logs, at its most talkative level, is kept for the check (FAULTS_LOG_LEVEL also prints it)
+  const shown = process.env.FAULTS_LOG_LEVEL
+  const log = pino({ level: 'trace' }, leaks.stream('the server', shown && shown !== 'silent' ? process.stdout : undefined))
   const app = await startApp(config, {
     db: fresh.db,
-    log: pino({ level: config.logLevel }),
-    llm: { extraModels: models.models, defaultModel: models.ref(), models: { providers: {} } },
+    log,
+    llm: {
+      extraModels: models.models,
+      defaultModel: models.ref(),
+      env: { ...process.env, FAULTS_PROVIDER_KEY: envKey },
+      models: {
+        providers: {
+          leaklit: { api: 'openai-completions', baseUrl: 'http://127.0.0.1:9/v1', apiKey: literalKey, models: providerModels },
+          leakenv: { api: 'openai-completions', baseUrl: 'http://127.0.0.1:9/v1', apiKey: 'env:FAULTS_PROVIDER_KEY', models: providerModels },
+        },
+      },
+    },
   })
+  const keyFile = path.join(fresh.dataDir, 'secret-key')
   return {
     app,
     url: app.url!,
@@ -124,12 +156,35 @@ export async function startTarget(kind: DbKind, env: Record<string, string> = {}
     db: fresh.db,
     models,
     tools,
+    leaks,
+    async leakCheck() {
+      // the generated key is a secret everywhere but in its own file
+      if (fs.existsSync(keyFile)) {
+        const k = fs.readFileSync(keyFile, 'utf8').trim()
+        leaks.add('secret key', k)
+        leaks.keyFile(keyFile, k)
+      }
+      return leaks.check({ db: fresh.db, dataDirs: [fresh.dataDir] })
+    },
     async close() {
+      leaks.stop()
       await app.close()
+      leaks.discard()
       models.close()
       await tools.close()
       await fresh.db.close()
       await fresh.drop()
     },
   }
+}
+
+/**
+ * Puts a tenant secret with a long random value (API.md §13) and tells the secrets check to look for
+ * it; the status of the answer (204, or 409 secrets-unavailable when the server has no key).
+ */
+export async function putSecret(target: Pick<Target, 'url' | 'leaks'>, apiKey: string, name: string): Promise<number> {
+  const value = `faults-secret-${crypto.randomBytes(16).toString('hex')}`
+  target.leaks.add('secret value', value)
+  const r = await wireRequest(target.url, { method: 'PUT', path: `/v1/secrets/${name}`, headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ value }) })
+  return r.status
 }

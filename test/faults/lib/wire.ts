@@ -4,6 +4,7 @@
 
 import http from 'node:http'
 import net from 'node:net'
+import { observeAnswer } from './leaks.js'
 
 export interface WireAnswer {
   /** 0 when no answer arrived */
@@ -45,6 +46,7 @@ export function wireRequest(base: string, r: WireRequest): Promise<WireAnswer> {
       } catch {
         answer.body = undefined
       }
+      observeAnswer(answer.body)
       resolve(answer)
     }
     const body = r.body === undefined ? undefined : Buffer.isBuffer(r.body) ? r.body : Buffer.from(r.body)
