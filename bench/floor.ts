@@ -1,9 +1,14 @@
 // The floor: what the database alone costs for the same durable writes. A turn's events are grouped
 // into the units agentd commits (delivery splice; turn/start + claim; step/start; admission;
-// assistant/message; tool/call; tool/result; step/end; turn/end), and each unit is replayed as ONE
-// transaction issued directly with pg / PGlite:
-//   BEGIN; SELECT … FROM sessions WHERE key = $1 FOR UPDATE; INSERT the rows; UPDATE next_seq; COMMIT
-// with the same event bodies (seq and time rewritten), into a session of its own.
+// assistant/message; tool/call; tool/result; step/end; turn/end), and each unit is written directly
+// with pg / PGlite, with the same event bodies (seq and time rewritten), into a session of its own.
+// Two shapes:
+//   'one'    (the honest floor) ONE round trip per unit: a single statement that moves the session
+//            row only if it is still at the expected seq and inserts the rows if it moved
+//            (WITH moved AS (UPDATE … RETURNING) INSERT … WHERE EXISTS (moved)), the shape of
+//            agentd's best single-statement append (store/events.ts appendConditional);
+//   'replay' (the replay reference) one transaction of four round trips per unit:
+//            BEGIN; SELECT … FOR UPDATE; INSERT the rows; UPDATE next_seq; COMMIT.
 
 import crypto from 'node:crypto'
 import type pg from 'pg'
@@ -75,12 +80,45 @@ async function inTx<T>(raw: RawDb, fn: (tx: Tx) => Promise<T>): Promise<T> {
   }
 }
 
-/** Appends units to one floor session, one transaction each. */
+export type FloorMode = 'one' | 'replay'
+
+const ONE_SQL = `WITH moved AS (
+  UPDATE sessions SET next_seq = $3, last_time = $4, updated_at = $4 WHERE key = $1 AND next_seq = $2 RETURNING 1
+), ins AS (
+  INSERT INTO session_events (session_key, seq, time, type, body)
+  SELECT $1, e.seq, e.time, e.type, e.body FROM unnest($5::int[], $6::bigint[], $7::text[], $8::text[]) AS e(seq, time, type, body)
+  WHERE EXISTS (SELECT 1 FROM moved)
+  RETURNING 1
+) SELECT (SELECT count(*)::int FROM ins) AS n`
+
+/** Appends units to one floor session: one round trip each ('one') or one 4-statement transaction each ('replay'). */
 export class FloorWriter {
-  constructor(private readonly raw: RawDb, readonly key: string) {}
+  /** the row's position, known to the single writer after its first read ('one' mode) */
+  private pos?: { next: number; time: number }
+
+  constructor(private readonly raw: RawDb, readonly key: string, readonly mode: FloorMode = 'replay') {}
 
   /** Commits one unit; returns the stamped bodies (seq, time) it wrote. */
   async commit(unit: Unit): Promise<string[]> {
+    return this.mode === 'one' ? this.commitOne(unit) : this.commitReplay(unit)
+  }
+
+  private async commitOne(unit: Unit): Promise<string[]> {
+    const q = (sql: string, params: unknown[]) => (this.raw.kind === 'pg' ? this.raw.pool.query(sql, params) : this.raw.pglite.query<any>(sql, params))
+    if (!this.pos) {
+      const { rows } = await q('SELECT next_seq, last_time FROM sessions WHERE key = $1', [this.key])
+      this.pos = { next: Number(rows[0].next_seq), time: Number(rows[0].last_time) }
+    }
+    const next = this.pos.next
+    const time = Math.max(Date.now(), this.pos.time)
+    const bodies = unit.map((e, i) => rebody(e.body, next + i, time))
+    const { rows } = await q(ONE_SQL, [this.key, next, next + unit.length, time, unit.map((_, i) => next + i), unit.map(() => time), unit.map((e) => e.type), bodies])
+    if (Number(rows[0]?.n) !== unit.length) throw new Error(`floor: one-statement append wrote ${rows[0]?.n} of ${unit.length} rows`)
+    this.pos = { next: next + unit.length, time }
+    return bodies
+  }
+
+  private async commitReplay(unit: Unit): Promise<string[]> {
     return inTx(this.raw, async (tx) => {
       const { rows } = await tx.query('SELECT next_seq, last_time FROM sessions WHERE key = $1 FOR UPDATE', [this.key])
       const next = Number(rows[0].next_seq)

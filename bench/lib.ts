@@ -126,15 +126,26 @@ export interface DbCounters {
   bySql: Record<string, number>
 }
 
-const sqlKey = (sql: string, inTx: boolean) => `${inTx ? 'tx' : 'auto'}: ${sql.replace(/\s+/g, ' ').trim().slice(0, 70)}`
-
-const WRITES = /\b(INSERT|UPDATE|DELETE)\b/i
+// memoized per SQL text: the counting wrapper runs in the server's process and must not add to its CPU
+const keyCache = new Map<string, { tx: string; auto: string; writes: boolean }>()
+function sqlInfo(sql: string): { tx: string; auto: string; writes: boolean } {
+  // long texts (a group commit's) are unique: look them up by their head, and test for writes cheaply
+  const long = sql.length > 2000
+  const id = long ? `${sql.slice(0, 200)}\u0000long` : sql
+  let k = keyCache.get(id)
+  if (!k) {
+    const head = sql.slice(0, 200).replace(/\s+/g, ' ').trim().slice(0, 70)
+    k = { tx: `tx: ${head}`, auto: `auto: ${head}`, writes: /\b(INSERT|UPDATE|DELETE)\b/i.test(long ? sql.slice(0, 2000) : sql) }
+    if (keyCache.size < 10_000) keyCache.set(id, k)
+  }
+  return k
+}
 
 export function countingDb(inner: Db, c: DbCounters): Db {
   const wrapQ = (q: Queryable): Queryable => ({
     query<T>(sql: string, params?: unknown[]): Promise<QueryResult<T>> {
       c.statements++
-      const k = sqlKey(sql, true)
+      const k = sqlInfo(sql).tx
       c.bySql[k] = (c.bySql[k] ?? 0) + 1
       return q.query<T>(sql, params)
     },
@@ -144,8 +155,9 @@ export function countingDb(inner: Db, c: DbCounters): Db {
     query<T>(sql: string, params?: unknown[]) {
       c.statements++
       c.autocommit++
-      if (WRITES.test(sql)) c.autocommitWrites++
-      const k = sqlKey(sql, false)
+      const info = sqlInfo(sql)
+      if (info.writes) c.autocommitWrites++
+      const k = info.auto
       c.bySql[k] = (c.bySql[k] ?? 0) + 1
       return inner.query<T>(sql, params)
     },

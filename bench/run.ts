@@ -1,4 +1,5 @@
-// `npm run bench [-- --only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file]`
+// `npm run bench [-- --only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file]
+//   [--levels 1,10,100] [--turns N] [--peers] [--cpu-prof DIR]`
 // Runs each measurement on each database, prints one table per measurement and writes
 // bench/results.json (git-ignored). See bench/README.md for what every figure means.
 
@@ -30,7 +31,16 @@ const TITLES: Record<Measurement, string> = {
 }
 
 function parseArgs(argv: string[]) {
-  const o = { only: [...MEASUREMENTS] as Measurement[], dbs: ['pg', 'pglite'] as Kind[], quick: false, out: fileURLToPath(new URL('./results.json', import.meta.url)) }
+  const o = {
+    only: [...MEASUREMENTS] as Measurement[],
+    dbs: ['pg', 'pglite'] as Kind[],
+    quick: false,
+    out: fileURLToPath(new URL('./results.json', import.meta.url)),
+    levels: undefined as number[] | undefined,
+    turns: undefined as number | undefined,
+    peers: false,
+    cpuProf: undefined as string | undefined,
+  }
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]
     const val = () => {
@@ -48,8 +58,16 @@ function parseArgs(argv: string[]) {
       for (const d of list) if (d !== 'pg' && d !== 'pglite') throw new Error(`--db: unknown database ${d} (pg, pglite)`)
       o.dbs = list as Kind[]
     } else if (a.startsWith('--out')) o.out = path.resolve(val())
+    else if (a.startsWith('--levels')) {
+      o.levels = val().split(',').map((x) => Number(x.trim()))
+      if (!o.levels.length || o.levels.some((n) => !Number.isInteger(n) || n < 1)) throw new Error('--levels: positive integers, e.g. 1,10,100')
+    } else if (a.startsWith('--turns')) {
+      o.turns = Number(val())
+      if (!Number.isInteger(o.turns) || o.turns < 1) throw new Error('--turns: a positive integer')
+    } else if (a === '--peers') o.peers = true
+    else if (a.startsWith('--cpu-prof')) o.cpuProf = path.resolve(val())
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file]\n')
+      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--peers] [--cpu-prof DIR]\n')
       process.exit(0)
     } else throw new Error(`unknown argument ${a}`)
   }
@@ -63,7 +81,7 @@ async function main(): Promise<void> {
   const startedAt = new Date()
   const results: Record<string, unknown> = {
     startedAt: startedAt.toISOString(),
-    args: { only: args.only, dbs: args.dbs, quick: q },
+    args: { only: args.only, dbs: args.dbs, quick: q, levels: args.levels, turns: args.turns, peers: args.peers, cpuProf: args.cpuProf },
     machine: {
       platform: `${os.type()} ${os.release()} ${os.arch()}`,
       cpus: os.cpus().map((c) => ({ model: c.model, speed: c.speed })),
@@ -90,7 +108,10 @@ async function main(): Promise<void> {
         let r: { rows: Row[]; data: Record<string, unknown> }
         try {
           if (m === 'turn') r = await benchTurn(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
-          else if (m === 'throughput') r = await benchThroughput(kind, q ? { levels: [1, 10], turns: 3 } : { levels: [1, 10, 100], turns: 20, maxTurnsPerLevel: kind === 'pglite' ? 400 : undefined }, cp)
+          else if (m === 'throughput') {
+            const base = q ? { levels: [1, 10], turns: 3 } : { levels: [1, 10, 100], turns: 20, maxTurnsPerLevel: kind === 'pglite' ? 400 : undefined }
+            r = await benchThroughput(kind, { ...base, levels: args.levels ?? base.levels, turns: args.turns ?? base.turns, peers: args.peers, cpuProf: args.cpuProf }, cp)
+          }
           else if (m === 'growth') r = await benchGrowth(kind, q ? { sizes: [10, 1000], turns: 8, warmup: 5 } : { sizes: [10, 1000, 10000], turns: 40, warmup: 20 }, cp)
           else if (m === 'fanout') r = await benchFanout(kind, q ? { levels: [1, 100], turns: 2 } : { levels: [1, 100, 1000], turns: 10 }, [cp, (cp2 ??= new ClientProc())])
           else if (m === 'budget') r = await benchBudget(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
@@ -106,6 +127,7 @@ async function main(): Promise<void> {
         write()
       }
       process.stdout.write(table(TITLES[m], rows) + '\n')
+      if (m === 'throughput' && args.cpuProf) process.stdout.write(`\nCPU profiles of agentd's measured windows and their summaries: ${args.cpuProf}/throughput-<db>-C<n>.{cpuprofile,txt}\n`)
       all.push({ title: TITLES[m], rows })
     }
   } finally {

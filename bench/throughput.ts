@@ -1,7 +1,10 @@
 // 2. Throughput: C concurrent sessions (C = 1, 10, 100), each running T one-tool turns back to back
 // (bench/tool calls the builtin `noop` once, then answers). turns/s and events/s over the wall time
-// of the whole batch. Floor: C concurrent writers each replaying the same turn's commit units
-// directly, T times, over a pool of the same size as agentd's.
+// of the whole batch. Floor: C concurrent writers each writing the same turn's commit units
+// directly, T times, over a pool of the same size as agentd's: each unit in ONE round trip (the honest
+// floor), and, as a labelled second reference, each unit as a 4-statement transaction (the replay).
+// With `peers`, LangGraph JS + PostgresSaver (bench/peers.ts) runs the same C × T right after, on
+// PostgreSQL. With `cpuProf`, agentd's measured window of each level is CPU-profiled (bench/prof.ts).
 
 import type { ClientProc } from './clientproc.js'
 import { FloorWriter, floorSession, shape, type Unit } from './floor.js'
@@ -9,12 +12,18 @@ import { createSession, dist, now, pool, snapshot, sqlMix, startBenchApp, type K
 import { benchModels, noopPlugin, NOOP_TOOL_SPEC, TOOL_MODEL } from './models.js'
 import { ms, num, times, yes, type Row } from './report.js'
 import { headSeq, turnUnits } from './turn.js'
+import { peersPresent, runLanggraph, type PeerLevel } from './peers.js'
+import { profileStart, profileStop } from './prof.js'
 
 export interface ThroughputOptions {
   levels: number[]
   turns: number
   /** caps sessions × turns per level (PGlite runs every statement on this process's one thread) */
   maxTurnsPerLevel?: number
+  /** also run LangGraph JS + PostgresSaver at each level (PostgreSQL only) */
+  peers?: boolean
+  /** write a CPU profile of agentd's measured window of each level into this directory */
+  cpuProf?: string
 }
 
 interface Level {
@@ -22,6 +31,8 @@ interface Level {
   turns: number
   /** CPU time of this (the server's) process per turn, ms */
   cpuMsPerTurn: number
+  /** of which kernel time (system calls: sockets), ms */
+  cpuSysMsPerTurn?: number
   turnsPerSec: number
   eventsPerSec: number
   wallMs: number
@@ -32,6 +43,9 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
   const b = await startBenchApp(kind, { plugins: [noopPlugin], extraModels: benchModels })
   const agentd: Level[] = []
   const floor: Level[] = []
+  const replay: Level[] = []
+  const peers: Array<PeerLevel | { error: string }> = []
+  const profiles: Record<string, string> = {}
   let units: Unit[] = []
   const txPerTurn: number[] = []
   const perTurn: Array<Record<string, number>> = []
@@ -42,29 +56,12 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
     units = (await turnUnits(b, w.id)).units
     const events = units.reduce((a, u) => a + u.length, 0)
     const raw = b.bdb.raw()
-    {
-      const fw = new FloorWriter(raw, await floorSession(raw, b.tenantId))
+    for (const mode of ['one', 'replay'] as const) {
+      const fw = new FloorWriter(raw, await floorSession(raw, b.tenantId), mode)
       for (let i = 0; i < 10; i++) await fw.turn(units)
     }
-    // each level: agentd, then the floor right after (same machine state)
-    for (const c of o.levels) {
-      const turns = Math.max(1, Math.min(o.turns, Math.floor((o.maxTurnsPerLevel ?? Infinity) / c)))
-      const ids = await pool(Array.from({ length: c }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] }))
-      // one turn each first: attach (lease claim, log load) and the initial request header are not steady state
-      await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: ids.map((s) => ({ id: s.id, after: -1 })), turns: 1 })
-      const sessions = await Promise.all(ids.map(async (s) => ({ id: s.id, after: await headSeq(b, s.id) })))
-      const tx0 = b.bdb.counters.transactions + b.bdb.counters.autocommitWrites
-      const c0 = snapshot(b.bdb.counters)
-      const cpu0 = process.cpuUsage()
-      const r = await cp.call({ op: 'turns', url: b.url, key: b.key, sessions, turns })
-      const cpu = process.cpuUsage(cpu0)
-      const total = c * turns
-      txPerTurn.push((b.bdb.counters.transactions + b.bdb.counters.autocommitWrites - tx0) / total)
-      const c1 = b.bdb.counters
-      perTurn.push({ sessions: c, sqlMix: sqlMix(c0, c1, total) as never, transactions: (c1.transactions - c0.transactions) / total, statements: (c1.statements - c0.statements) / total, autocommit: (c1.autocommit - c0.autocommit) / total, autocommitWrites: (c1.autocommitWrites - c0.autocommitWrites) / total })
-      agentd.push({ sessions: c, turns, cpuMsPerTurn: (cpu.user + cpu.system) / 1000 / total, turnsPerSec: (total / r.wallMs) * 1000, eventsPerSec: (r.durable / r.wallMs) * 1000, wallMs: r.wallMs, latency: dist(r.latencies) })
-
-      const writers = await Promise.all(Array.from({ length: c }, async () => new FloorWriter(raw, await floorSession(raw, b.tenantId))))
+    const floorLevel = async (c: number, turns: number, mode: 'one' | 'replay'): Promise<Level> => {
+      const writers = await Promise.all(Array.from({ length: c }, async () => new FloorWriter(raw, await floorSession(raw, b.tenantId), mode)))
       await Promise.all(writers.map((fw) => fw.turn(units)))
       const lat: number[] = []
       const fcpu0 = process.cpuUsage()
@@ -80,28 +77,85 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       )
       const wallMs = now() - t0
       const fcpu = process.cpuUsage(fcpu0)
-      floor.push({ sessions: c, turns, cpuMsPerTurn: (fcpu.user + fcpu.system) / 1000 / total, turnsPerSec: (total / wallMs) * 1000, eventsPerSec: ((total * events) / wallMs) * 1000, wallMs, latency: dist(lat) })
+      const total = c * turns
+      return { sessions: c, turns, cpuMsPerTurn: (fcpu.user + fcpu.system) / 1000 / total, cpuSysMsPerTurn: fcpu.system / 1000 / total, turnsPerSec: (total / wallMs) * 1000, eventsPerSec: ((total * events) / wallMs) * 1000, wallMs, latency: dist(lat) }
+    }
+    // each level: agentd, then the floor right after (same machine state)
+    for (const c of o.levels) {
+      const turns = Math.max(1, Math.min(o.turns, Math.floor((o.maxTurnsPerLevel ?? Infinity) / c)))
+      const ids = await pool(Array.from({ length: c }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] }))
+      // one turn each first: attach (lease claim, log load) and the initial request header are not steady state
+      await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: ids.map((s) => ({ id: s.id, after: -1 })), turns: 1 })
+      const sessions = await Promise.all(ids.map(async (s) => ({ id: s.id, after: await headSeq(b, s.id) })))
+      const tx0 = b.bdb.counters.transactions + b.bdb.counters.autocommitWrites
+      const c0 = snapshot(b.bdb.counters)
+      if (o.cpuProf) await profileStart()
+      const cpu0 = process.cpuUsage()
+      const r = await cp.call({ op: 'turns', url: b.url, key: b.key, sessions, turns })
+      const cpu = process.cpuUsage(cpu0)
+      if (o.cpuProf) {
+        const name = `throughput-${kind}-C${c}`
+        const text = await profileStop(o.cpuProf, name)
+        profiles[name] = text
+      }
+      const total = c * turns
+      txPerTurn.push((b.bdb.counters.transactions + b.bdb.counters.autocommitWrites - tx0) / total)
+      const c1 = b.bdb.counters
+      perTurn.push({ sessions: c, sqlMix: sqlMix(c0, c1, total) as never, transactions: (c1.transactions - c0.transactions) / total, statements: (c1.statements - c0.statements) / total, autocommit: (c1.autocommit - c0.autocommit) / total, autocommitWrites: (c1.autocommitWrites - c0.autocommitWrites) / total })
+      agentd.push({ sessions: c, turns, cpuMsPerTurn: (cpu.user + cpu.system) / 1000 / total, cpuSysMsPerTurn: cpu.system / 1000 / total, turnsPerSec: (total / r.wallMs) * 1000, eventsPerSec: (r.durable / r.wallMs) * 1000, wallMs: r.wallMs, latency: dist(r.latencies) })
+
+      floor.push(await floorLevel(c, turns, 'one'))
+      replay.push(await floorLevel(c, turns, 'replay'))
+      if (o.peers && kind === 'pg' && peersPresent()) {
+        process.stdout.write(`   langgraph C=${c} × ${turns}\n`)
+        peers.push(await runLanggraph(c, turns).catch((e) => ({ error: String((e as Error)?.message ?? e) })))
+      }
     }
   } finally {
     await b.close()
   }
   const rows: Row[] = []
+  const plural = (n: number) => `${n} session${n > 1 ? 's' : ''}`
   for (let i = 0; i < o.levels.length; i++) {
     const a = agentd[i]
     const f = floor[i]
+    const rf = replay[i]
     const ratio = a.turnsPerSec / f.turnsPerSec
-    const targeted = a.sessions === 100 && kind === 'pg'
+    const judged = kind === 'pg' && (a.sessions === 10 || a.sessions === 100)
     rows.push({
-      measurement: `${a.sessions} session${a.sessions > 1 ? 's' : ''} × ${a.turns} turns: turns/s`,
+      measurement: `${plural(a.sessions)} × ${a.turns} turns: turns/s`,
       db: kind,
       figure: `${num(a.turnsPerSec)} turns/s`,
       floor: `${num(f.turnsPerSec)} turns/s`,
       ratio: times(ratio),
-      target: targeted ? '≥ 0.5× floor' : '',
-      met: targeted ? yes(ratio >= 0.5) : '',
+      target: judged ? '≥ 0.5× floor' : '',
+      met: judged ? yes(ratio >= 0.5) : '',
     })
     rows.push({
-      measurement: `${a.sessions} session${a.sessions > 1 ? 's' : ''}: events/s (turn p50)`,
+      measurement: `${plural(a.sessions)}: turns/s vs replay reference (4-statement tx per unit)`,
+      db: kind,
+      figure: `${num(a.turnsPerSec)} turns/s`,
+      floor: `${num(rf.turnsPerSec)} turns/s`,
+      ratio: times(a.turnsPerSec / rf.turnsPerSec),
+      target: '',
+      met: '',
+    })
+    const p = peers[i]
+    if (p) {
+      const ok = !('error' in p)
+      const pr = ok ? a.turnsPerSec / p.turnsPerSec : NaN
+      rows.push({
+        measurement: `${plural(a.sessions)}: turns/s ÷ LangGraph JS + PostgresSaver`,
+        db: kind,
+        figure: `${num(a.turnsPerSec)} turns/s`,
+        floor: ok ? `LangGraph ${num(p.turnsPerSec)} turns/s` : 'LangGraph FAILED',
+        ratio: times(pr),
+        target: '≥ 5× LangGraph',
+        met: yes(pr >= 5),
+      })
+    }
+    rows.push({
+      measurement: `${plural(a.sessions)}: events/s (turn p50)`,
       db: kind,
       figure: `${num(a.eventsPerSec, 0)} ev/s (${ms(a.latency.p50)})`,
       floor: `${num(f.eventsPerSec, 0)} ev/s (${ms(f.latency.p50)})`,
@@ -109,15 +163,16 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       target: '',
       met: '',
     })
+    const cpuTarget = kind === 'pg' ? (a.sessions === 1 ? 3 : a.sessions === 100 ? 2 : undefined) : undefined
     rows.push({
-      measurement: `${a.sessions} session${a.sessions > 1 ? 's' : ''}: server CPU per turn`,
+      measurement: `${plural(a.sessions)}: server CPU per turn`,
       db: kind,
-      figure: ms(a.cpuMsPerTurn),
-      floor: ms(f.cpuMsPerTurn),
+      figure: `${ms(a.cpuMsPerTurn)} (sys ${ms(a.cpuSysMsPerTurn ?? NaN)})`,
+      floor: `${ms(f.cpuMsPerTurn)} (sys ${ms(f.cpuSysMsPerTurn ?? NaN)})`,
       ratio: times(a.cpuMsPerTurn / f.cpuMsPerTurn),
-      target: '',
-      met: '',
+      target: cpuTarget ? `≤ ${cpuTarget} ms` : '',
+      met: cpuTarget ? yes(a.cpuMsPerTurn <= cpuTarget) : '',
     })
   }
-  return { rows, data: { agentd, floor, floorUnits: units.length, unitShape: shape(units), unitTypes: units.map((u) => u.map((e) => e.type).join('+')), commitsPerTurn: txPerTurn, countersPerTurn: perTurn } }
+  return { rows, data: { agentd, floor, replay, peers, profiles: Object.keys(profiles), floorUnits: units.length, unitShape: shape(units), unitTypes: units.map((u) => u.map((e) => e.type).join('+')), commitsPerTurn: txPerTurn, countersPerTurn: perTurn } }
 }

@@ -11,7 +11,7 @@ import { buildHttp, type DriverControl } from './http/index.js'
 import { Metrics } from './metrics.js'
 import type { LlmService, LlmServiceOptions } from './llm/index.js'
 import { COMPACTOR, loadBuiltinPlugins, loadServerPlugins, type Compactor } from './plugins/index.js'
-import { migrate, openDb, pruneIdempotency, schemaCurrent, type Db, type SessionRow } from './store/index.js'
+import { migrate, openDb, pruneIdempotency, schemaCurrent, webhooks as webhookStore, type Db, type SessionRow } from './store/index.js'
 import { checkToolUrl, ToolRegistry } from './tools/index.js'
 import { WorkerHost } from './worker/index.js'
 import { Secrets, Tenancy, embeddedSecretKey, type Clock } from './tenancy/index.js'
@@ -155,14 +155,16 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     })
     cleanup.push(offCommand)
 
-    // API.md §14: a deliverer in every process that drives sessions; commits here that may have
-    // written deliveries wake it, other processes' are found by its poll
+    // API.md §14: a deliverer in every process that drives sessions; commits here that wrote
+    // deliveries wake it (store marks them, so a tenant without webhooks costs no look at the
+    // outbox per turn), other processes' are found by its poll
     const deliverer = config.role !== 'api' && o.webhooks?.deliver !== false ? new Deliverer({ db, log, metrics, policy: toolPolicy, options: o.webhooks }) : undefined
     if (deliverer) {
       deliverer.start()
       cleanup.push(() => deliverer.stop())
-      cleanup.push(publisher.observe((_s, events) => {
-        if (events.some((e) => e.type === 'turn/end' || e.type === 'tool/call')) deliverer.wake()
+      cleanup.push(webhookStore.trackDeliveries())
+      cleanup.push(publisher.observe((s) => {
+        if (webhookStore.takeDeliveriesWritten(s.key)) deliverer.wake()
       }))
     }
     const webhooks = new WebhookService({ db, policy: toolPolicy, wake: () => deliverer?.wake() })
@@ -174,6 +176,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         bus.poke(row.key)
         tenancy.deleted(row.tenantId)
       },
+      mcpChanged: (key: string) => bus.poke(key),
     }
     // the process's one tracker of streaming attempts: the driver's own when it runs here
     const snapshot = (key: string): LiveFrame | undefined => attempts.snapshot(key)

@@ -65,6 +65,8 @@ export class Agent implements Loop {
   readonly series: Series
   readonly pending: PendingCalls
   readonly mcp: McpClients
+  /** context.ts Loop.mcpStale: the first step after attach reads the list once */
+  mcpStale = true
   readonly secrets: SecretResolver
   readonly hooks: Hooks
   readonly services: LoopServices
@@ -111,6 +113,9 @@ export class Agent implements Loop {
       log: this.sessionLog,
       pending: this.pending,
       react: (r) => this.react(r),
+      poked: () => {
+        this.mcpStale = true
+      },
       lost: (e) => this.lost(e),
       warn: (o, msg) => this.logger.warn(o, msg),
     })

@@ -91,6 +91,12 @@ export interface Loop {
   readonly pending: PendingCalls
   /** the session's MCP server connections (API.md §12) */
   readonly mcp: McpClients
+  /**
+   * Whether the session row's MCP server list may differ from `mcp.servers` (API.md §12: PATCH
+   * replaces it): true after attach and after every poke or reset of the session's doorbell (PATCH
+   * pokes), so a step reads the list only then, not before every step.
+   */
+  mcpStale: boolean
   /** the tenant's secrets for `secret:NAME` header values (API.md §13) */
   readonly secrets: SecretResolver
   /** The Agent handle a payload carries (API.md §11); per listening plugin through `bind`. */

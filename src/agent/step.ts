@@ -55,13 +55,23 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
 
 /**
  * API.md §12: before the step's request, the tools of the session's MCP servers (the list as it stands
- * now: PATCH replaces it). A server that cannot be listed contributes none and, once per outage, is an
+ * now: PATCH replaces it and pokes the session, which makes the driver read it again). A server that cannot be listed contributes none and, once per outage, is an
  * agent/error MCP_UNAVAILABLE; the turn goes on.
  */
 async function listMcpTools(tc: TurnContext, step: number): Promise<ToolSpec[]> {
   const { loop } = tc
-  const current = await readMcpServers(loop.services.db, loop.key)
-  if (current) loop.mcp.setServers(current as unknown as McpServerSpec[])
+  // the list is read only when it may have changed (after attach, after a poke: PATCH pokes);
+  // cleared before the read, so a poke during it makes the next step read again
+  if (loop.mcpStale) {
+    loop.mcpStale = false
+    try {
+      const current = await readMcpServers(loop.services.db, loop.key)
+      if (current) loop.mcp.setServers(current as unknown as McpServerSpec[])
+    } catch (e) {
+      loop.mcpStale = true
+      throw e
+    }
+  }
   if (!loop.mcp.servers.length) return []
   const { tools, outages } = await loop.mcp.listTools(tc.signal)
   tc.abort.check()

@@ -14,6 +14,8 @@ export interface WatchTarget {
   readonly pending: PendingCalls
   /** the row flags a sync saw */
   react(row: LeanRow): void
+  /** a poke or reset: the row may have changed in ways no event shows (PATCH of the MCP servers) */
+  poked?(): void
   lost(e: LeaseLostError): void
   warn(o: object, msg: string): void
 }
@@ -34,8 +36,14 @@ export class SessionWatch {
         if (n.events?.length) void this.t.log.foldLocal(n.events).then((ok) => ok || this.sync(), () => this.sync())
         else this.sync()
       },
-      poke: () => this.sync(),
-      reset: () => this.sync(),
+      poke: () => {
+        this.t.poked?.()
+        this.sync()
+      },
+      reset: () => {
+        this.t.poked?.()
+        this.sync()
+      },
     })
   }
 

@@ -77,7 +77,14 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
     if (facts.auth !== 'tenant') return
     const token = bearer(req, facts.queryToken === true)
     if (!token) throw new ApiError('unauthorized', 'an API key is required: Authorization: Bearer <key>')
-    const p = await tenants.authenticate(deps.db, token)
+    // a session route reads the key and the session in one statement (session.ts takes it from there)
+    const sessionId = facts.session ? (req.params as { id?: unknown } | undefined)?.id : undefined
+    let p: Principal | null
+    if (typeof sessionId === 'string') {
+      const a = await tenants.authenticateWithSession(deps.db, token, sessionId)
+      p = a?.principal ?? null
+      if (a) req.preloadedSession = a.session
+    } else p = await tenants.authenticate(deps.db, token)
     if (!p) throw new ApiError('unauthorized', 'unknown or revoked API key')
     req.principal = p
     if (!facts.unlimited) {

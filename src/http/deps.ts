@@ -37,6 +37,8 @@ export interface DriverControl {
   compact(row: SessionRow): Promise<{ compacted: boolean }>
   /** DELETE …: stops whatever runs for the session in any process */
   deleted(row: SessionRow): Promise<void>
+  /** PATCH with mcpServers: the session's driver, in whichever process, reads the list before its next step */
+  mcpChanged(key: string): void
 }
 
 /** Facts of one route, in its `config`. */
@@ -66,5 +68,7 @@ declare module 'fastify' {
   interface FastifyRequest {
     principal?: Principal
     session?: SessionRow
+    /** the session the auth hook read with the key (null: the tenant has none by that id) */
+    preloadedSession?: SessionRow | null
   }
 }

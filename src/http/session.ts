@@ -18,7 +18,8 @@ export const sessionLoading = fp(async (scope: FastifyInstance, deps: HttpDeps) 
   scope.addHook('preValidation', async (req) => {
     if (!req.routeOptions.config.session) return
     const id = (req.params as { id: string }).id
-    const row = await getSession(deps.db, req.principal!.tenantId, id)
+    // read by the auth hook together with the key, else here
+    const row = req.preloadedSession !== undefined ? req.preloadedSession : await getSession(deps.db, req.principal!.tenantId, id)
     if (!row) throw sessionNotFound(id)
     req.session = row
   })

@@ -44,10 +44,11 @@ export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promi
         throw badRequest(`metadata is not lossless JSON: ${(e as Error).message}`)
       }
     }
-    // API.md §12: PATCH replaces the list; the driver reads it before its next step
+    // API.md §12: PATCH replaces the list; the poke makes the driver read it before its next step
     const mcpServers = body.mcpServers === undefined ? undefined : await deps.sessions.validateMcpServers(body.mcpServers)
     const s = sessionOf(req)
     await patchSession(deps.db, s.key, { ...body, ...(mcpServers ? { mcpServers } : {}) })
+    if (mcpServers) deps.driver.mcpChanged(s.key)
     const row = await getSession(deps.db, req.principal!.tenantId, s.id)
     if (!row) throw sessionNotFound(s.id)
     return reply.type('application/json').send(json(sessionObject(row)))

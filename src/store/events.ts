@@ -5,6 +5,8 @@ import type { Draft, SessionEvent } from '../session/index.js'
 import type { Queryable } from './db.js'
 import { rowSets, updateRow, type RowPatch, type RunState } from './sessions.js'
 import { sideCtes, sideGuards, writeSideRows, type SideRow } from './side.js'
+import { groupCommitter, isDb, type GroupUnit, type UnitOutcome } from './group.js'
+import { markDeliveries } from './webhooks.js'
 
 /** What an append needs of the locked row; writeEvents moves it forward. */
 export interface LogPosition {
@@ -84,6 +86,22 @@ export async function appendConditional(
 ): Promise<{ events: StoredEvent[]; runState: RunState; cancelPending: boolean; wakeLatched: boolean } | null> {
   const out = events.map((e) => stored(e))
   if (!out.length || out[0].seq !== expect.nextSeq) throw new Error('appendConditional needs events that continue the expected seq')
+  // without side rows or with only settlements, and outside a transaction, the unit may be
+  // group-committed with other sessions' units (group.ts)
+  // (settlements included: group.ts sums a group's period totals into one upsert)
+  const usage = side.length === 1 && side[0].kind === 'usage' ? side[0].entries : undefined
+  const r =
+    (!side.length || usage) && isDb(db)
+      ? await groupCommitter(db, (u) => conditionalOne(db, u, u.usage ? [{ kind: 'usage', entries: [...u.usage] }] : [])).append({ key, expect, events: out, patch, usage })
+      : await conditionalOne(db, { key, expect, events: out, patch }, side)
+  if (!r) return null
+  if (r.n !== out.length) throw new Error(`appendConditional inserted ${r.n} of ${out.length} events`)
+  return { events: out, runState: r.runState, cancelPending: r.cancelPending, wakeLatched: r.wakeLatched }
+}
+
+/** One unit's conditional append, alone in its statement. */
+async function conditionalOne(db: Queryable, u: GroupUnit, side: readonly SideRow[]): Promise<UnitOutcome> {
+  const { key, expect, events: out, patch } = u
   const last = out[out.length - 1]
   const params: unknown[] = [key, expect.nextSeq]
   let where = 'key = $1 AND next_seq = $2'
@@ -100,9 +118,10 @@ export async function appendConditional(
   for (const g of sideGuards(side)) where += ` AND ${g}`
   const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, patch, params)
   const sides = sideCtes(side, params)
+  const deliveries = sides.counted.length ? `, (${sides.counted.map((c) => `(SELECT count(*)::int FROM ${c})`).join(' + ')}) AS w` : ''
   params.push(out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), out.map((e) => e.json))
   const n = params.length
-  const { rows } = await db.query<{ run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number }>(
+  const { rows } = await db.query<{ run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number; w?: number }>(
     `WITH moved AS (
        UPDATE sessions SET ${sets.join(', ')} WHERE ${where}
        RETURNING run_state, cancel_pending, wake_latched
@@ -111,14 +130,13 @@ export async function appendConditional(
        SELECT $1, e.seq, e.time, e.type, e.body FROM unnest($${n - 3}::int[], $${n - 2}::bigint[], $${n - 1}::text[], $${n}::text[]) AS e(seq, time, type, body)
        WHERE EXISTS (SELECT 1 FROM moved)
        RETURNING 1
-     )${sides}
-     SELECT m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM ins) AS n FROM moved m`,
+     )${sides.sql}
+     SELECT m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM ins) AS n${deliveries} FROM moved m`,
     params,
   )
   const r = rows[0]
-  if (!r) return null
-  if (r.n !== out.length) throw new Error(`appendConditional inserted ${r.n} of ${out.length} events`)
-  return { events: out, runState: r.run_state, cancelPending: r.cancel_pending, wakeLatched: r.wake_latched }
+  if (r?.w) markDeliveries(key, r.w)
+  return r ? { runState: r.run_state, cancelPending: r.cancel_pending, wakeLatched: r.wake_latched, n: r.n } : null
 }
 
 /** Raw wire texts of events with seq in (after, upTo], ascending, at most limit. */

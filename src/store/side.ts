@@ -10,7 +10,7 @@ import { idempotencySql, type IdempotencyRecord } from './idempotency.js'
 import { pendingDeleteSql, pendingInsertSql, type PendingKind } from './pending.js'
 import { slotFreeSql, slotTakeGuard, slotTakeSql, takeSlotLocked } from './slots.js'
 import { usageSql } from './usage.js'
-import { webhookSql, type WebhookEvent } from './webhooks.js'
+import { markDeliveries, webhookSql, type WebhookEvent } from './webhooks.js'
 import type { LedgerEntry } from '../session/index.js'
 
 export type SideRow =
@@ -58,12 +58,21 @@ function statements(row: SideRow, params: unknown[], when: string): readonly str
   return typeof sql === 'string' ? [sql] : sql
 }
 
-/** The fast path's side rows as CTEs of one statement whose row move is the CTE `moved`. */
-export function sideCtes(rows: readonly SideRow[], params: unknown[]): string {
-  return rows
-    .flatMap((r) => statements(r, params, 'EXISTS (SELECT 1 FROM moved)'))
-    .map((sql, i) => `, side${i} AS (${sql})`)
-    .join('')
+/**
+ * The fast path's side rows as CTEs of one statement whose row move is the CTE `moved`, and the
+ * names of the CTEs whose rows the caller counts (webhook deliveries: markDeliveries).
+ */
+export function sideCtes(rows: readonly SideRow[], params: unknown[]): { sql: string; counted: string[] } {
+  const counted: string[] = []
+  let i = 0
+  let sql = ''
+  for (const r of rows) {
+    for (const s of statements(r, params, 'EXISTS (SELECT 1 FROM moved)')) {
+      if (r.kind === 'webhook') counted.push(`side${i}`)
+      sql += `, side${i++} AS (${s})`
+    }
+  }
+  return { sql, counted }
 }
 
 /** The fast path's extra conditions on the row move, from its side rows. */
@@ -82,6 +91,7 @@ export async function writeSideRows(tx: Queryable, key: string, rows: readonly S
     const params: unknown[] = [key]
     // several statements share their parameters: one statement of CTEs
     const list = statements(r, params, 'true')
-    await tx.query(list.length === 1 ? list[0] : `WITH ${list.map((sql, i) => `s${i} AS (${sql})`).join(', ')} SELECT 1`, params)
+    const res = await tx.query(list.length === 1 ? list[0] : `WITH ${list.map((sql, i) => `s${i} AS (${sql})`).join(', ')} SELECT 1`, params)
+    if (r.kind === 'webhook') markDeliveries(key, res.rowCount)
   }
 }

@@ -3,6 +3,7 @@
 
 import crypto from 'node:crypto'
 import type { Queryable } from './db.js'
+import { COLUMNS, toRow, type Raw, type SessionRow } from './rows.js'
 
 export interface Tenant {
   id: string
@@ -95,18 +96,42 @@ export async function revokeKey(db: Queryable, keyId: string): Promise<boolean> 
   return r.rowCount > 0
 }
 
+type KeyRow = { auth_key_id: string; auth_tenant_id: string; auth_hash: Buffer | Uint8Array; auth_rpm: number | null }
+
+const AUTH = 'SELECT k.id AS auth_key_id, k.tenant_id AS auth_tenant_id, k.hash AS auth_hash, t.requests_per_min AS auth_rpm'
+const AUTH_FROM = 'FROM api_keys k JOIN tenants t ON t.id = k.tenant_id'
+// the session columns, qualified (their names do not clash with the auth_ ones)
+const SESSION_COLUMNS = COLUMNS.split(',').map((c) => `s.${c.trim()}`).join(', ')
+
+function principalOf(key: string, row: KeyRow | undefined): Principal | null {
+  if (!row) return null
+  const stored = Buffer.from(row.auth_hash)
+  const given = sha256(key)
+  if (stored.length !== given.length || !crypto.timingSafeEqual(stored, given)) return null
+  return row.auth_rpm === null ? { tenantId: row.auth_tenant_id, keyId: row.auth_key_id } : { tenantId: row.auth_tenant_id, keyId: row.auth_key_id, requestsPerMin: row.auth_rpm }
+}
+
 /** The principal of a bearer key, or null for a malformed, unknown or revoked key. */
 export async function authenticate(db: Queryable, key: string): Promise<Principal | null> {
   const m = KEY_RE.exec(key)
   if (!m) return null
-  const { rows } = await db.query<{ id: string; tenant_id: string; hash: Buffer | Uint8Array; requests_per_min: number | null }>(
-    'SELECT k.id, k.tenant_id, k.hash, t.requests_per_min FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.prefix = $1 AND k.revoked_at IS NULL',
-    [m[1]],
+  const { rows } = await db.query<KeyRow>(`${AUTH} ${AUTH_FROM} WHERE k.prefix = $1 AND k.revoked_at IS NULL`, [m[1]])
+  return principalOf(key, rows[0])
+}
+
+/**
+ * authenticate() and the key's tenant's session `sessionId`, in ONE statement (a request to a session
+ * route needs both): the session is null when the tenant has no such session, and is only returned
+ * with a principal (a bad key learns nothing).
+ */
+export async function authenticateWithSession(db: Queryable, key: string, sessionId: string): Promise<{ principal: Principal; session: SessionRow | null } | null> {
+  const m = KEY_RE.exec(key)
+  if (!m) return null
+  const { rows } = await db.query<KeyRow & Raw>(
+    `${AUTH}, ${SESSION_COLUMNS} ${AUTH_FROM} LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = $2 WHERE k.prefix = $1 AND k.revoked_at IS NULL`,
+    [m[1], sessionId],
   )
-  const row = rows[0]
-  if (!row) return null
-  const stored = Buffer.from(row.hash)
-  const given = sha256(key)
-  if (stored.length !== given.length || !crypto.timingSafeEqual(stored, given)) return null
-  return row.requests_per_min === null ? { tenantId: row.tenant_id, keyId: row.id } : { tenantId: row.tenant_id, keyId: row.id, requestsPerMin: row.requests_per_min }
+  const principal = principalOf(key, rows[0])
+  if (!principal) return null
+  return { principal, session: rows[0].key === null || rows[0].key === undefined ? null : toRow(rows[0]) }
 }

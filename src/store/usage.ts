@@ -11,19 +11,38 @@ import type { Queryable } from './db.js'
  * periods here, as one INSERT … ON CONFLICT may not touch a row twice.
  */
 export function usageSql(entries: readonly LedgerEntry[], params: unknown[], when: string): string[] {
+  const ledger = ledgerSql(entries, params, when, '$1')
+  const list = usagePeriods(entries)
+  params.push(list.map(([k]) => k), list.map(([, p]) => p.tokens), list.map(([, p]) => p.costUsd))
+  const n = params.length
+  const totals = `INSERT INTO usage_totals (tenant_id, period, tokens, cost_usd)
+     SELECT s.tenant_id, p.period, p.tokens, p.cost FROM sessions s, unnest($${n - 2}::text[], $${n - 1}::bigint[], $${n}::float8[]) AS p(period, tokens, cost)
+     WHERE s.key = $1 AND ${when}
+     ON CONFLICT (tenant_id, period) DO UPDATE SET ${TOTALS_ADD}`
+  return [ledger, totals]
+}
+
+/** The ledger statement of usageSql alone, on the session key placeholder `key`. */
+export function ledgerSql(entries: readonly LedgerEntry[], params: unknown[], when: string, key: string): string {
   const col = <T>(f: (e: LedgerEntry) => T) => {
     params.push(entries.map(f))
     return `$${params.length}`
   }
-  const ledger = `INSERT INTO usage_ledger (tenant_id, day, model, session_key, session_id, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, attempts)
+  return `INSERT INTO usage_ledger (tenant_id, day, model, session_key, session_id, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, attempts)
      SELECT s.tenant_id, e.day::date, e.model, s.key, s.id, e.i, e.o, e.cr, e.cw, e.c, e.a
      FROM sessions s, unnest(${col((e) => e.day)}::text[], ${col((e) => e.model)}::text[], ${col((e) => e.usage.inputTokens)}::bigint[], ${col((e) => e.usage.outputTokens)}::bigint[],
        ${col((e) => e.usage.cacheReadTokens)}::bigint[], ${col((e) => e.usage.cacheWriteTokens)}::bigint[], ${col((e) => e.usage.costUsd)}::float8[], ${col((e) => e.attempts)}::int[]) AS e(day, model, i, o, cr, cw, c, a)
-     WHERE s.key = $1 AND ${when}
+     WHERE s.key = ${key} AND ${when}
      ON CONFLICT (tenant_id, day, model, session_key) DO UPDATE SET
        input_tokens = usage_ledger.input_tokens + EXCLUDED.input_tokens, output_tokens = usage_ledger.output_tokens + EXCLUDED.output_tokens,
        cache_read_tokens = usage_ledger.cache_read_tokens + EXCLUDED.cache_read_tokens, cache_write_tokens = usage_ledger.cache_write_tokens + EXCLUDED.cache_write_tokens,
        cost_usd = usage_ledger.cost_usd + EXCLUDED.cost_usd, attempts = usage_ledger.attempts + EXCLUDED.attempts`
+}
+
+export const TOTALS_ADD = 'tokens = usage_totals.tokens + EXCLUDED.tokens, cost_usd = usage_totals.cost_usd + EXCLUDED.cost_usd'
+
+/** The amounts entries add to each period they touch (each UTC day and month), distinct by period. */
+export function usagePeriods(entries: readonly LedgerEntry[]): Array<[string, { tokens: number; costUsd: number }]> {
   const periods = new Map<string, { tokens: number; costUsd: number }>()
   for (const e of entries) {
     for (const period of [e.day, e.day.slice(0, 7)]) {
@@ -33,14 +52,7 @@ export function usageSql(entries: readonly LedgerEntry[], params: unknown[], whe
       periods.set(period, p)
     }
   }
-  const list = [...periods]
-  params.push(list.map(([k]) => k), list.map(([, p]) => p.tokens), list.map(([, p]) => p.costUsd))
-  const n = params.length
-  const totals = `INSERT INTO usage_totals (tenant_id, period, tokens, cost_usd)
-     SELECT s.tenant_id, p.period, p.tokens, p.cost FROM sessions s, unnest($${n - 2}::text[], $${n - 1}::bigint[], $${n}::float8[]) AS p(period, tokens, cost)
-     WHERE s.key = $1 AND ${when}
-     ON CONFLICT (tenant_id, period) DO UPDATE SET tokens = usage_totals.tokens + EXCLUDED.tokens, cost_usd = usage_totals.cost_usd + EXCLUDED.cost_usd`
-  return [ledger, totals]
+  return [...periods]
 }
 
 /** What the budget check needs (API.md §15), in one statement: the limits and the day's and month's totals. */

@@ -125,6 +125,26 @@ describe.each(DB_KINDS)('authentication and tenants on %s', (kind) => {
     expect(await t.events(s.id)).toEqual([])
   })
 
+  it('a session route reads the key and the session together: a known prefix with a wrong secret is 401, not 404 or 200', async () => {
+    const s = await t.createSession()
+    // same prefix as the tenant's key, another secret of the same shape
+    const forged = t.key.slice(0, t.key.lastIndexOf('_') + 1) + 'A'.repeat(43)
+    expect(forged).not.toBe(t.key)
+    for (const [m, p, b] of [
+      ['GET', `/v1/sessions/${s.id}`, undefined],
+      ['GET', '/v1/sessions/no-such-session', undefined],
+      ['POST', `/v1/sessions/${s.id}/followup`, { content: 'forged' }],
+    ] as Array<[string, string, unknown]>) {
+      const r = await t.api(m, p, b, { key: forged })
+      expect(r.status, `${m} ${p}`).toBe(401)
+      expect(r.body.error.code).toBe('unauthorized')
+    }
+    // the real key: the session, and 404 for an id the tenant does not have
+    expect((await t.api('GET', `/v1/sessions/${s.id}`)).status).toBe(200)
+    expect((await t.api('GET', '/v1/sessions/no-such-session')).status).toBe(404)
+    expect(await t.events(s.id)).toEqual([])
+  })
+
   it('admin routes take the admin token only: a tenant key or no token is 401', async () => {
     const tries: Array<[string, string, unknown]> = [
       ['POST', '/v1/admin/tenants', { name: 'x' }],

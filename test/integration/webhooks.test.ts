@@ -115,6 +115,29 @@ describe.each(DB_KINDS)('webhooks on %s', (kind: DbKind) => {
     expect(rx!.received.filter((r) => r.path === '/tool')).toHaveLength(0)
   })
 
+  it('a commit that wrote deliveries wakes the deliverer at once; one of a tenant without webhooks does not', async () => {
+    // a poll of a minute: only wake-ups deliver within the test
+    await start({ webhooks: { ...FAST, pollMs: 60_000 } })
+    await sleep(100) // the start-up look at the outbox is over
+    const s = await t!.createSession({ tools: [{ name: 'ask_user', description: 'asks', parameters: { type: 'object' }, execution: { type: 'client' } }] })
+    // no webhook yet: the turn end writes no delivery and marks nothing
+    t!.models.script(s.id, { text: ['one'] })
+    await t!.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'one' })
+    await t!.waitForTurnEnd(s.id, 1)
+    expect(await count('webhook_deliveries')).toBe(0)
+    // a subscription created a moment ago is not missed by the next commit, and that commit wakes the deliverer
+    await subscribe(['turn.completed', 'session.requires_action'])
+    t!.models.script(s.id, { text: ['two'] })
+    await t!.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'two' })
+    await rx!.waitFor(1)
+    expect(rx!.received[0].body).toMatchObject({ type: 'turn.completed', data: { sessionId: s.id, turn: 2 } })
+    // a pending call (its own unit, with its pending row) wakes it too
+    t!.models.script(s.id, { toolCalls: [{ id: 'c1', name: 'ask_user', arguments: {} }] }, { text: ['three'] })
+    await t!.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'three' })
+    await rx!.waitFor(2)
+    expect(rx!.received[1].body).toMatchObject({ type: 'session.requires_action', data: { sessionId: s.id, turn: 3 } })
+  })
+
   it('retries a 500 with the same webhook-id until a 2xx; ends delivered after three attempts', async () => {
     await start()
     rx!.respond = (_r, prior) => (prior < 2 ? 500 : 200)

@@ -1,0 +1,130 @@
+// Group commit of fast-path appends (store/group.ts) on real PostgreSQL and PGlite: units of different
+// sessions that are ready together share one statement, and each keeps its own conditions and its
+// own outcome — a stale seq, a lost lease or a failing insert in one unit changes nothing for the
+// others, and two units of one session are never in one statement.
+
+import crypto from 'node:crypto'
+import { describe, expect, it } from 'vitest'
+import type { Draft } from '../../src/session/index.js'
+import { appendConditional, budgetState, insertSession, lockLean, NOW_MS, readEvents, stamp, type Db, type SideRow } from '../../src/store/index.js'
+import { DB_KINDS, tenantDb } from '../helpers/db.js'
+
+const note = (text: string): Draft => ({ type: 'test/note', data: { text } })
+
+/** The same database, counting the statements it is sent. */
+function counting(db: Db): { db: Db; statements: () => number } {
+  let n = 0
+  const wrapped: Db = {
+    kind: db.kind,
+    query: (sql, params) => {
+      n++
+      return db.query(sql, params)
+    },
+    transaction: (fn) => db.transaction(fn),
+    exec: (sql) => db.exec(sql),
+    withConnection: (fn) => db.withConnection(fn),
+    close: () => db.close(),
+  }
+  return { db: wrapped, statements: () => n }
+}
+
+describe.each(DB_KINDS)('group commit on %s', (kind) => {
+  const env = tenantDb(kind, 'group-commit')
+  let n = 0
+  async function newSession(lease?: { owner: string; token: number }): Promise<string> {
+    const key = crypto.randomUUID()
+    await insertSession(env.db, { key, tenantId: env.tenantId, id: `group-${++n}`, model: 'test/scripted', system: '', tools: [], metadata: {}, createHash: 'h', createdAt: 1_700_000_000_000 })
+    if (lease) await env.db.query(`UPDATE sessions SET lease_owner = $2, lease_token = $3, lease_expires_at = ${NOW_MS} + 60000 WHERE key = $1`, [key, lease.owner, lease.token])
+    return key
+  }
+  const append = (db: Db, key: string, nextSeq: number, text: string, lease?: { owner: string; token: number }) =>
+    appendConditional(db, key, { nextSeq, lease }, stamp({ nextSeq, lastTime: 0 }, [note(text)], 1_700_000_000_001), { runState: 'running' })
+  const texts = async (key: string) => (await readEvents(env.db, key)).map((e) => [e.seq, (e.data as { text: string }).text])
+
+  it('units of many sessions ready together share statements, and each is written exactly as alone', async () => {
+    const keys = await Promise.all(Array.from({ length: 30 }, () => newSession()))
+    const c = counting(env.db)
+    const out = await Promise.all(keys.map((k, i) => append(c.db, k, 0, `unit ${i}`)))
+    expect(out.every((r) => r !== null && r.runState === 'running' && r.events.length === 1)).toBe(true)
+    // grouped: far fewer statements than units
+    expect(c.statements()).toBeLessThan(keys.length / 2)
+    for (const [i, k] of keys.entries()) {
+      expect(await texts(k)).toEqual([[0, `unit ${i}`]])
+      const row = await lockLean(env.db, k, false)
+      expect(row).toMatchObject({ nextSeq: 1, runState: 'running', lastTime: 1_700_000_000_001 })
+    }
+    // a second round continues every log
+    await Promise.all(keys.map((k, i) => append(c.db, k, 1, `again ${i}`)))
+    expect(await texts(keys[7])).toEqual([
+      [0, 'unit 7'],
+      [1, 'again 7'],
+    ])
+  })
+
+  it("a stale seq or a lost lease fails only its own unit; the group's others commit", async () => {
+    const lease = { owner: 'me', token: 3 }
+    const keys = await Promise.all(Array.from({ length: 12 }, () => newSession(lease)))
+    const out = await Promise.all(
+      keys.map((k, i) => (i % 3 === 0 ? append(env.db, k, 5, 'stale', lease) : i % 3 === 1 ? append(env.db, k, 0, 'fenced', { owner: 'me', token: 2 }) : append(env.db, k, 0, 'ok', lease))),
+    )
+    for (const [i, k] of keys.entries()) {
+      if (i % 3 === 2) {
+        expect(out[i]).not.toBeNull()
+        expect(await texts(k)).toEqual([[0, 'ok']])
+      } else {
+        expect(out[i]).toBeNull()
+        expect(await texts(k)).toEqual([])
+        expect((await lockLean(env.db, k, false))!.nextSeq).toBe(0)
+      }
+    }
+  })
+
+  it('two units of one session at the same seq: exactly one wins, never both in one statement', async () => {
+    const keys = await Promise.all(Array.from({ length: 5 }, () => newSession()))
+    const out = await Promise.all(keys.flatMap((k) => [append(env.db, k, 0, 'first'), append(env.db, k, 0, 'second')]))
+    for (const [i, k] of keys.entries()) {
+      const [a, b] = [out[2 * i], out[2 * i + 1]]
+      expect([a, b].filter((r) => r !== null)).toHaveLength(1)
+      expect(await texts(k)).toEqual([[0, a ? 'first' : 'second']])
+    }
+  })
+
+  it('a unit whose insert fails fails alone: the others of its group are retried one by one and commit', async () => {
+    const keys = await Promise.all(Array.from({ length: 8 }, () => newSession()))
+    await append(env.db, keys[3], 0, 'already there')
+    // the row claims seq 0 again while the log holds it: this unit's insert breaks the primary key
+    await env.db.query('UPDATE sessions SET next_seq = 0 WHERE key = $1', [keys[3]])
+    const out = await Promise.allSettled(keys.map((k, i) => append(env.db, k, 0, `unit ${i}`)))
+    expect(out[3].status).toBe('rejected')
+    expect(await texts(keys[3])).toEqual([[0, 'already there']])
+    for (const [i, k] of keys.entries()) {
+      if (i === 3) continue
+      expect(out[i].status).toBe('fulfilled')
+      expect(await texts(k)).toEqual([[0, `unit ${i}`]])
+    }
+  })
+
+  it("settlements of one tenant's sessions group too: each session's ledger rows, and the period totals summed once over the units that moved", async () => {
+    const keys = await Promise.all(Array.from({ length: 10 }, () => newSession()))
+    const day = '2031-05-06'
+    const usage = (i: number): SideRow => ({ kind: 'usage', entries: [{ day, model: 'test/m', usage: { inputTokens: 10 + i, outputTokens: 1, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0.5 }, attempts: 1 }] })
+    const settle = (db: Db, key: string, nextSeq: number, i: number) => appendConditional(db, key, { nextSeq }, stamp({ nextSeq, lastTime: 0 }, [note(`settle ${i}`)], 1_700_000_000_001), {}, [usage(i)])
+    const c = counting(env.db)
+    // unit 4 is stale: it moves nothing and adds nothing to the ledger or the totals
+    const out = await Promise.all(keys.map((k, i) => settle(c.db, k, i === 4 ? 9 : 0, i)))
+    expect(c.statements()).toBeLessThan(keys.length / 2)
+    expect(out.map((r) => r !== null)).toEqual(keys.map((_, i) => i !== 4))
+    const { rows } = await env.db.query<{ session_key: string; input_tokens: number; attempts: number }>('SELECT session_key, input_tokens, attempts FROM usage_ledger WHERE tenant_id = $1 AND day = $2::date', [env.tenantId, day])
+    const byKey = new Map(rows.map((r) => [r.session_key, r]))
+    for (const [i, k] of keys.entries()) {
+      if (i === 4) expect(byKey.has(k)).toBe(false)
+      else expect(byKey.get(k)).toMatchObject({ input_tokens: 10 + i, attempts: 1 })
+    }
+    const tokens = keys.reduce((a, _, i) => (i === 4 ? a : a + 11 + i), 0)
+    const s = await budgetState(env.db, env.tenantId, day, day.slice(0, 7))
+    expect(s).toMatchObject({ dayTokens: tokens, monthCostUsd: 0.5 * 9 })
+    // a second round adds to the same rows
+    await Promise.all(keys.map((k, i) => (i === 4 ? Promise.resolve() : settle(env.db, k, 1, i))))
+    expect((await budgetState(env.db, env.tenantId, day, day.slice(0, 7)))!.dayTokens).toBe(2 * tokens)
+  })
+})
