@@ -13,6 +13,8 @@
 // defaults and more of everything.
 
 import net from 'node:net'
+import v8 from 'node:v8'
+import vm from 'node:vm'
 import WebSocket from 'ws'
 import type { FaultPart, PartContext, PartResult } from './lib/part.js'
 import { Outcomes } from './lib/outcomes.js'
@@ -20,7 +22,14 @@ import { putSecret, startTarget, type Target } from './lib/target.js'
 import { parseAnswers, rawExchange, wireRequest } from './lib/wire.js'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-const heapMb = () => Math.round(process.memoryUsage().heapUsed / 1024 / 1024)
+// What the heap holds after a full collection: garbage not yet collected (400 KB bodies parsed and
+// dropped) must not count as growth, only what the server keeps. gc() is exposed for this process.
+v8.setFlagsFromString('--expose-gc')
+const collect = vm.runInNewContext('gc') as () => void
+const heapMb = () => {
+  collect()
+  return Math.round(process.memoryUsage().heapUsed / 1024 / 1024)
+}
 
 interface Sizes {
   requestTimeoutMs: number
@@ -203,9 +212,10 @@ export async function runHostile(ctx: PartContext): Promise<PartResult> {
       const r = o.answer('inject while a subscriber stalls', await wireRequest(target.url, { method: 'POST', path: `/v1/sessions/${sid}/inject`, headers: json, body: JSON.stringify({ content: `${injected} ${big}` }) }), { expect: [202] })
       if (r.status === 202) o.accept(sid, r.body.messageId)
       injected++
-      peakHeap = Math.max(peakHeap, heapMb())
+      if (injected % 10 === 0) peakHeap = Math.max(peakHeap, heapMb())
       if (injected > 40) await sleep(50)
     }
+    peakHeap = Math.max(peakHeap, heapMb())
     ctx.log(`  sse: poured (${Math.round((Date.now() - started) / 1000)} s)`)
     const slowText = dechunk(await stalled.drain())
     if (cutAfterMs < 0) o.problem(`the stalled SSE subscriber was not cut after ${injected} injects of 400 KB`)
@@ -224,7 +234,7 @@ export async function runHostile(ctx: PartContext): Promise<PartResult> {
     ctx.log(`  sse: honest read (${Math.round((Date.now() - started) / 1000)} s)`)
     reader.close()
     const heapGrowth = peakHeap - baseHeap
-    if (heapGrowth > 256) o.problem(`the heap grew by ${heapGrowth} MiB while a subscriber stalled`)
+    if (heapGrowth > 128) o.problem(`the heap grew by ${heapGrowth} MiB while a subscriber stalled`)
     rows.push(['SSE: injects of 400 KB poured', injected], ['  stalled subscriber cut after (ms)', cutAfterMs], ['  seqs it got before the cut', slowSeqs.length], ['  resumed seqs (from its last id)', resumed.length], ['  reading subscriber seqs', honest.length], ['  heap growth (MiB)', heapGrowth])
 
     // ---- a WebSocket flooding ops ----
