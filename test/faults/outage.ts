@@ -12,7 +12,7 @@ import type { FaultPart, PartContext, PartResult } from './lib/part.js'
 import { Outcomes } from './lib/outcomes.js'
 import { privatePgUnavailable, startPrivatePg, type PrivatePg } from './lib/private-pg.js'
 import { putSecret, startTarget, type Target } from './lib/target.js'
-import { wireRequest } from './lib/wire.js'
+import { readSseIds, wireRequest } from './lib/wire.js'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
@@ -34,17 +34,7 @@ function watch(url: string, id: string, auth: string) {
         const last = seqs.at(-1)
         const res = await fetch(`${url}/v1/sessions/${id}/stream`, { headers: { authorization: auth, ...(last !== undefined ? { 'last-event-id': String(last) } : {}) }, signal: ac.signal })
         if (res.status === 200 && res.body) {
-          const dec = new TextDecoder()
-          let buf = ''
-          for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-            buf += dec.decode(chunk, { stream: true })
-            let i: number
-            while ((i = buf.indexOf('\n\n')) >= 0) {
-              const m = /^id: (\d+)$/m.exec(buf.slice(0, i))
-              if (m) seqs.push(Number(m[1]))
-              buf = buf.slice(i + 2)
-            }
-          }
+          await readSseIds(res.body, (seq) => seqs.push(seq))
         } else await res.text().catch(() => '')
       } catch {
         // cut: reconnect from the last id

@@ -187,3 +187,20 @@ export function rawSequence(base: string, parts: Array<string | Buffer>, settleM
     })
   })
 }
+
+/** Reads an SSE body to its end, calling onId with the seq of each frame that has an `id:` line
+ *  (and onChunk after each network chunk). The parts that watch streams share it. */
+export async function readSseIds(body: ReadableStream<Uint8Array>, onId: (seq: number) => void, onChunk: () => void = () => {}): Promise<void> {
+  const dec = new TextDecoder()
+  let buf = ''
+  for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
+    buf += dec.decode(chunk, { stream: true })
+    let i: number
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const m = /^id: (\d+)$/m.exec(buf.slice(0, i))
+      if (m) onId(Number(m[1]))
+      buf = buf.slice(i + 2)
+    }
+    onChunk()
+  }
+}
