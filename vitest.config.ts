@@ -7,5 +7,6 @@ export default defineConfig({
     hookTimeout: 60000,
     pool: 'forks',
     globalSetup: ['test/helpers/global-setup.ts'],
+    reporters: ['default', './test/helpers/tail-reporter.ts'],
   },
 })

@@ -58,6 +58,22 @@ export interface MockLlm {
 const textOf = (content: unknown): string =>
   typeof content === 'string' ? content : Array.isArray(content) ? content.map((p: any) => (p?.type === 'text' ? (p.text ?? '') : '')).join('\n') : ''
 
+/**
+ * A request's body, or null when the client's connection broke before it was whole. The mock servers'
+ * handlers are async: a throw there would be an unhandled rejection in the test process, and a killed
+ * agentd process breaks its connections at any byte.
+ */
+async function readBody(req: http.IncomingMessage): Promise<string | null> {
+  let raw = ''
+  req.setEncoding('utf8')
+  try {
+    for await (const c of req) raw += c
+  } catch {
+    return null
+  }
+  return raw
+}
+
 export async function startMockLlm(): Promise<MockLlm> {
   const queues = new Map<string, Array<MockStep | ((r: MockRequest) => MockStep)>>()
   const fallbacks = new Map<string, MockStep | ((r: MockRequest) => MockStep)>()
@@ -67,9 +83,8 @@ export async function startMockLlm(): Promise<MockLlm> {
   const open = new Set<http.ServerResponse>()
 
   const server = http.createServer(async (req, res) => {
-    let raw = ''
-    req.setEncoding('utf8')
-    for await (const c of req) raw += c
+    const raw = await readBody(req)
+    if (raw === null) return // the agentd process went away mid-request (a kill); nothing to answer
     let body: any
     try {
       body = JSON.parse(raw)
@@ -201,9 +216,8 @@ export async function startToolServer(): Promise<ToolServer> {
   const released = new Set<string>()
   const waiting = new Map<string, Array<() => void>>()
   const server = http.createServer(async (req, res) => {
-    let raw = ''
-    req.setEncoding('utf8')
-    for await (const c of req) raw += c
+    const raw = await readBody(req)
+    if (raw === null) return
     let body: any
     try {
       body = JSON.parse(raw)
@@ -364,6 +378,9 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   installExitHook()
   const fresh = await (o.database ?? freshPgDatabase)()
   const pool = new pg.Pool({ connectionString: fresh.url, max: 4 })
+  // an idle client whose connection breaks emits 'error' on the pool; without a listener that is an
+  // uncaught exception in the test process. The next query through the pool reports any real outage.
+  pool.on('error', () => {})
   const llm = await startMockLlm()
   const tools = await startToolServer()
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-procs-'))
@@ -396,6 +413,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     })
     const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: PROJECT, env, stdio: ['ignore', 'pipe', 'pipe'] })
     children.add(child)
+    child.on('error', () => {}) // a failed spawn or kill shows as `exited` or a readiness timeout below
     let out = ''
     const keep = (b: Buffer) => {
       o.onOutput?.(i, b)
