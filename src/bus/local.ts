@@ -53,6 +53,13 @@ export interface Bus {
   /** asks whichever worker can to drive the session */
   wake(sessionKey: string): void
   onWake(handler: (sessionKey: string) => void): () => void
+  /**
+   * Tells every process that what it caches under `topic` (e.g. `tenant:<id>`) changed: handlers here
+   * run at once; other processes' run when the returned promise resolves or shortly after.
+   */
+  invalidate(topic: string): Promise<void>
+  /** sees invalidations of every topic, and null when the cross-process channel dropped (drop all caches) */
+  onInvalidate(handler: (topic: string | null) => void): () => void
   /** listeners of every session: used by metrics and plugins' session/event */
   subscriberCount(sessionKey?: string): number
   close(): Promise<void>
@@ -148,6 +155,28 @@ export class LocalHub implements Bus {
 
   resetAll(): void {
     for (const key of [...this.sessions.keys()]) this.each(key, (l) => l.reset?.())
+    this.deliverInvalidate(null)
+  }
+
+  private readonly invalidateHandlers = new Set<(topic: string | null) => void>()
+
+  onInvalidate(handler: (topic: string | null) => void): () => void {
+    this.invalidateHandlers.add(handler)
+    return () => this.invalidateHandlers.delete(handler)
+  }
+
+  deliverInvalidate(topic: string | null): void {
+    for (const h of [...this.invalidateHandlers]) {
+      try {
+        h(topic)
+      } catch {
+        // a handler's failure is its own
+      }
+    }
+  }
+
+  async invalidate(topic: string): Promise<void> {
+    this.deliverInvalidate(topic)
   }
 
   publishCommit(sessionKey: string, events: readonly StoredEvent[]): void {
@@ -181,6 +210,7 @@ export class LocalHub implements Bus {
   async close(): Promise<void> {
     this.sessions.clear()
     this.wakeHandlers.clear()
+    this.invalidateHandlers.clear()
     this.commandHandlers.clear()
   }
 }

@@ -13,12 +13,13 @@ const CHANNEL = 'agentd_bus'
 const CH_WAKE = 'agentd_wake'
 const MAX_PAYLOAD = 7800 // NOTIFY payloads must stay under 8000 bytes
 
-/** One NOTIFY: doorbells [session, seq], pokes, and live frames [session, frame]. */
+/** One NOTIFY: doorbells [session, seq], pokes, live frames [session, frame] and invalidated topics. */
 interface Batch {
   o: string
   c?: Array<[string, number]>
   p?: string[]
   f?: Array<[string, LiveFrame]>
+  t?: string[]
 }
 
 export interface PgBusOptions {
@@ -37,6 +38,7 @@ export class PgBus extends LocalHub {
   /** what the current window collected */
   private commits = new Map<string, number>()
   private pokes = new Set<string>()
+  private topics = new Set<string>()
   private frames: Array<[string, LiveFrame]> = []
   private timer: NodeJS.Timeout | undefined
   private lastFlush = 0
@@ -106,6 +108,7 @@ export class PgBus extends LocalHub {
     for (const [s, f] of m.f ?? []) this.deliverLive(s, f)
     for (const [s, q] of m.c ?? []) this.deliverCommit(s, { seq: q, remote: true })
     for (const s of m.p ?? []) this.deliverPoke(s)
+    for (const t of m.t ?? []) this.deliverInvalidate(t)
   }
 
   override publishCommit(sessionKey: string, events: readonly StoredEvent[]): void {
@@ -125,6 +128,14 @@ export class PgBus extends LocalHub {
     super.poke(sessionKey)
     this.pokes.add(sessionKey)
     this.schedule()
+  }
+
+  /** Not windowed: the NOTIFY leaves at once, and the promise resolves when it has been sent. */
+  override async invalidate(topic: string): Promise<void> {
+    await super.invalidate(topic)
+    this.topics.add(topic)
+    this.flush()
+    await this.sending
   }
 
   override wake(sessionKey: string): void {
@@ -178,7 +189,7 @@ export class PgBus extends LocalHub {
   private flush(): void {
     clearTimeout(this.timer)
     this.timer = undefined
-    if (!this.commits.size && !this.pokes.size && !this.frames.length) return
+    if (!this.commits.size && !this.pokes.size && !this.frames.length && !this.topics.size) return
     this.lastFlush = Date.now()
     const head = `{"o":"${this.origin}"`
     let parts: string[] = []
@@ -193,10 +204,12 @@ export class PgBus extends LocalHub {
       ['f', this.frames.map(([s, f]) => JSON.stringify([s, f]))],
       ['c', [...this.commits].map(([s, q]) => JSON.stringify([s, q]))],
       ['p', [...this.pokes].map((s) => JSON.stringify(s))],
+      ['t', [...this.topics].map((t) => JSON.stringify(t))],
     ]
     this.frames = []
     this.commits = new Map()
     this.pokes = new Set()
+    this.topics = new Set()
     for (const [key, items] of groups) {
       let list: string[] = []
       const close = () => {

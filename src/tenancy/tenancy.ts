@@ -25,24 +25,64 @@ export interface TenancyOptions {
 
 export type Tenant = { id: string; name: string; limits: Limits }
 
+/** the bus topic of a tenant's limits: setLimits invalidates it in every process */
+const limitsTopic = (tenantId: string) => `tenant-limits:${tenantId}`
+
 export class Tenancy {
   readonly clock: Clock
   private readonly bell: SlotBell
   private readonly metrics: TenantMetrics
+  /**
+   * Tenants last read with neither tokensPerDay nor costUsdPerMonth: their budget check cannot refuse,
+   * so it needs no read until their limits change. PATCH of the limits invalidates the entry in every
+   * process over the bus (a dropped bus connection clears them all); a tenant with a token or cost
+   * limit is read before every attempt, as its settled usage moves.
+   */
+  private readonly unbudgeted = new Map<string, { maxRunning: boolean; hasLimits: boolean }>()
+  /** bumped by every invalidation: a read that started before one does not fill the map */
+  private generation = 0
 
   constructor(private readonly o: TenancyOptions) {
     this.clock = o.clock ?? systemClock
     this.bell = new SlotBell(o)
     this.metrics = new TenantMetrics(o.metrics, o.running ?? (() => []))
+    o.bus.onInvalidate((topic) => {
+      if (topic === null) this.forgetAll()
+      else if (topic.startsWith('tenant-limits:')) this.forget(topic.slice('tenant-limits:'.length))
+    })
   }
 
-  /** API.md §15: before every model attempt, one read of the limits and the day's and month's totals. */
+  private forget(tenantId: string): void {
+    this.generation++
+    this.unbudgeted.delete(tenantId)
+  }
+
+  private forgetAll(): void {
+    this.generation++
+    this.unbudgeted.clear()
+  }
+
+  /**
+   * API.md §15: before every model attempt, the tenant's token and cost limits against its settled
+   * usage — one read of the limits and the day's and month's totals, or none for a tenant known to
+   * have neither limit.
+   */
   async checkBudget(tenantId: string): Promise<LlmFailure | null> {
+    const known = this.unbudgeted.get(tenantId)
+    if (known) {
+      this.bell.learnt(tenantId, known.maxRunning)
+      this.metrics.sawLimits(tenantId, known.hasLimits)
+      return null
+    }
+    const generation = this.generation
     const period = periodsAt(this.clock())
     const s = await budgetState(this.o.db, tenantId, period.day, period.month)
     if (!s) return null
     this.bell.learnt(tenantId, s.maxRunningSessions !== null)
     this.metrics.sawLimits(tenantId, s.hasLimits)
+    if (s.tokensPerDay === null && s.costUsdPerMonth === null && generation === this.generation) {
+      this.unbudgeted.set(tenantId, { maxRunning: s.maxRunningSessions !== null, hasLimits: s.hasLimits })
+    }
     const refusal = budgetRefusal(s, period)
     if (!refusal) return null
     this.metrics.refused(tenantId, refusal.limit)
@@ -77,6 +117,9 @@ export class Tenancy {
   async setLimits(tenantId: string, patch: { [K in keyof Limits]?: number | null }): Promise<Tenant | undefined> {
     const t = await tenants.updateLimits(this.o.db, tenantId, patch)
     if (!t) return undefined
+    // before the answer: once the client has it, no process still skips this tenant's budget read
+    this.forget(t.id)
+    await this.o.bus.invalidate(limitsTopic(t.id))
     this.metrics.sawLimits(t.id, Object.keys(t.limits).length > 0)
     this.bell.learnt(t.id, t.limits.maxRunningSessions !== undefined)
     if (patch.maxRunningSessions !== undefined) this.bell.ring(t.id, { force: true })

@@ -1,0 +1,148 @@
+// The budget check's read skipped for tenants with no token or cost limit (API.md §15, issue 16): a
+// tenant read once without tokensPerDay and costUsdPerMonth is not read again before each attempt until
+// its limits change. PATCH of the limits invalidates that knowledge in every process over the bus before
+// it answers, and a dropped bus connection forgets it all; a tenant with a limit is still read before
+// every attempt, on its settled usage.
+
+import pino from 'pino'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { LocalHub, PgBus } from '../../src/bus/index.js'
+import type { Db } from '../../src/store/index.js'
+import { periodsAt } from '../../src/tenancy/clock.js'
+import { Tenancy } from '../../src/tenancy/index.js'
+import { startTestApp, type TestApp } from '../helpers/app.js'
+import { DB_KINDS, openTestDb, tenantDb, type TestDb } from '../helpers/db.js'
+import { d, turnOf, type Ev } from '../helpers/events.js'
+import { expectValidLog } from '../helpers/invariants.js'
+import { until } from '../helpers/wait.js'
+
+const log = pino({ level: 'silent' })
+const BUDGET_READ = /FROM tenants t\s+LEFT JOIN usage_totals/
+
+/** The db, counting the budget reads that pass through it. */
+function countingBudgetReads(db: Db): { db: Db; reads: () => number } {
+  let n = 0
+  const wrapped = new Proxy(db, {
+    get(target, p, receiver) {
+      if (p === 'query') {
+        return (text: string, params?: unknown[]) => {
+          if (BUDGET_READ.test(text)) n++
+          return target.query(text, params)
+        }
+      }
+      const v = Reflect.get(target, p, receiver)
+      return typeof v === 'function' ? v.bind(target) : v
+    },
+  })
+  return { db: wrapped, reads: () => n }
+}
+
+const spend = (db: Db, tenantId: string, tokens: number) =>
+  db.query('INSERT INTO usage_totals (tenant_id, period, tokens, cost_usd) VALUES ($1, $2, $3, 0) ON CONFLICT (tenant_id, period) DO UPDATE SET tokens = EXCLUDED.tokens', [tenantId, periodsAt(Date.now()).day, tokens])
+
+describe.each(DB_KINDS)('the budget check on %s', (kind) => {
+  const env = tenantDb(kind, 'budget-cache')
+
+  it('reads a tenant without token or cost limits once; after setLimits it reads before every check and refuses; null limits make it read-free again', async () => {
+    const c = countingBudgetReads(env.db)
+    const tenancy = new Tenancy({ db: c.db, bus: new LocalHub(), log })
+    await spend(env.db, env.tenantId, 50)
+    expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
+    expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
+    expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
+    expect(c.reads()).toBe(1)
+
+    // a running limit alone cannot refuse an attempt: still no read per check
+    await tenancy.setLimits(env.tenantId, { maxRunningSessions: 5 })
+    expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
+    expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
+    expect(c.reads()).toBe(2)
+
+    await tenancy.setLimits(env.tenantId, { tokensPerDay: 10 })
+    expect(await tenancy.checkBudget(env.tenantId)).toEqual({ code: 'BUDGET_EXCEEDED', message: expect.stringMatching(/50 of 10 tokens/) })
+    expect(c.reads()).toBe(3)
+    // a tenant with a limit is read every time: its usage may have moved
+    await spend(env.db, env.tenantId, 5)
+    expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
+    expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
+    expect(c.reads()).toBe(5)
+    await spend(env.db, env.tenantId, 50)
+    expect(await tenancy.checkBudget(env.tenantId)).toMatchObject({ code: 'BUDGET_EXCEEDED' })
+    expect(c.reads()).toBe(6)
+
+    await tenancy.setLimits(env.tenantId, { tokensPerDay: null, maxRunningSessions: null })
+    expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
+    expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
+    expect(c.reads()).toBe(7)
+  })
+})
+
+describe('the budget check across processes (pg)', () => {
+  let testDb: TestDb
+  beforeAll(async () => {
+    testDb = await openTestDb('pg')
+  })
+  afterAll(async () => {
+    await testDb?.drop()
+  })
+
+  it('a dropped bus connection forgets which tenants have no limits: the next check reads again', async () => {
+    const { rows } = await testDb.db.query<{ id: string }>("INSERT INTO tenants (id, name, created_at) VALUES (gen_random_uuid(), 'drop', 0) RETURNING id")
+    const tenantId = rows[0].id
+    const c = countingBudgetReads(testDb.db)
+    const bus = new PgBus({ url: testDb.url!, db: testDb.db })
+    await bus.start()
+    try {
+      const tenancy = new Tenancy({ db: c.db, bus, log })
+      await tenancy.checkBudget(tenantId)
+      await tenancy.checkBudget(tenantId)
+      expect(c.reads()).toBe(1)
+      const before = bus.generation
+      bus.dropListener()
+      await until('the listener is back', () => bus.generation > before, 10000)
+      await tenancy.checkBudget(tenantId)
+      await tenancy.checkBudget(tenantId)
+      expect(c.reads()).toBe(2)
+    } finally {
+      await bus.close()
+    }
+  })
+
+  describe('two apps on one database', () => {
+    let driver: TestApp
+    let api: TestApp
+    beforeAll(async () => {
+      driver = await startTestApp({ kind: 'pg' })
+      api = await startTestApp({ kind: 'pg', testDb: driver.testDb, env: { AGENTD_ROLE: 'api' } })
+    })
+    afterAll(async () => {
+      await api?.close({ keepDb: true })
+      await driver?.close()
+    })
+
+    it('limits PATCHed on the other process apply to the next turn of the process that skips the read; removed, turns run again', async () => {
+      const s = await driver.createSession()
+      const turn = async (n: number, content: string): Promise<Ev[]> => {
+        expect((await api.api('POST', `/v1/sessions/${s.id}/followup`, { content }, { key: driver.key })).status).toBe(202)
+        return (await driver.waitForTurnEnd(s.id, n)) as Ev[]
+      }
+      const limits = async (l: Record<string, number | null>) => {
+        const r = await api.api('PATCH', `/v1/admin/tenants/${driver.tenantId}`, { limits: l }, { key: api.adminToken })
+        expect(r.status, r.text).toBe(200)
+      }
+      driver.models.script(s.id, { text: ['one'], usage: { input: 15, output: 10 } }, { text: ['two'] }, { text: ['four'] })
+      // two turns without limits: the driver now knows the tenant has none
+      expect(d(turnOf(await turn(1, 'first'), 1).at(-1)).reason).toEqual({ kind: 'completed' })
+      expect(d(turnOf(await turn(2, 'second'), 2).at(-1)).reason).toEqual({ kind: 'completed' })
+      await limits({ tokensPerDay: 20 })
+      const third = await turn(3, 'third')
+      expect(d(turnOf(third, 3).at(-1)).reason).toMatchObject({ kind: 'error', error: { code: 'BUDGET_EXCEEDED' } })
+      expect(driver.models.requestsOf(s.id)).toHaveLength(2)
+      await limits({ tokensPerDay: null })
+      const fourth = await turn(4, 'fourth')
+      expect(d(turnOf(fourth, 4).at(-1)).reason).toEqual({ kind: 'completed' })
+      expect(driver.models.requestsOf(s.id)).toHaveLength(3)
+      expectValidLog(fourth)
+    })
+  })
+})
