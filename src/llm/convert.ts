@@ -46,12 +46,16 @@ const ZERO_USAGE = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, totalToke
  * `systemPrompt`; a later one becomes a user message in place; empty system messages are skipped.
  */
 export function toPiContext(messages: readonly Message[], tools: readonly ToolSchema[] | undefined, route: RouteIdentity): Context {
-  const out: PiMessage[] = []
-  let systemPrompt: string | undefined
-  const toolNames = new Map<string, string>()
   const routeKey = `${route.api}\u0000${route.provider}\u0000${route.id}`
-  let first = true
-  for (const m of messages) {
+  const from = prefixOf(messages, routeKey)
+  const out: PiMessage[] = from ? from.out.slice() : []
+  let systemPrompt = from?.systemPrompt
+  const toolNames = from ? new Map(from.toolNames) : new Map<string, string>()
+  let first = from ? from.n === 0 : true
+  let frozen = true
+  for (let i = from?.n ?? 0; i < messages.length; i++) {
+    const m = messages[i]
+    if (!Object.isFrozen(m)) frozen = false
     if (m.role === 'system') {
       if (m.content.length === 0) continue
       if (first) systemPrompt = m.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('')
@@ -87,10 +91,45 @@ export function toPiContext(messages: readonly Message[], tools: readonly ToolSc
     }
     first = false
   }
+  // the next step's request starts with these same frozen messages: it converts only what follows them
+  if (frozen && messages.length > 0 && Object.isFrozen(messages)) {
+    prefixes.set(messages[messages.length - 1], { n: messages.length, messages, routeKey, out: out.slice(), toolNames, systemPrompt, frozen: true })
+  }
   const ctx: Context = { messages: out }
   if (systemPrompt !== undefined) ctx.systemPrompt = systemPrompt
   if (tools && tools.length > 0) ctx.tools = tools.map((t) => ({ name: t.name, description: t.description, parameters: t.parameters }) as unknown as Tool)
   return ctx
+}
+
+/**
+ * A converted prefix: the first `n` messages of `messages` (all frozen), keyed by the last of them.
+ * A step's request is the previous step's messages and a few new ones; the prefix spares the walk over
+ * the whole history (each message's conversion is memoized anyway, below), so a step's conversion costs
+ * what is new, not what came before.
+ */
+interface Prefix {
+  n: number
+  messages: readonly Message[]
+  routeKey: string
+  out: readonly PiMessage[]
+  toolNames: ReadonlyMap<string, string>
+  systemPrompt: string | undefined
+  frozen: true
+}
+
+const prefixes = new WeakMap<object, Prefix>()
+/** how far back from the end a prefix is looked for (a step adds an assistant message and its results) */
+const PREFIX_LOOKBACK = 8
+
+function prefixOf(messages: readonly Message[], routeKey: string): Prefix | undefined {
+  for (let j = messages.length - 1; j >= 0 && j >= messages.length - PREFIX_LOOKBACK; j--) {
+    const p = prefixes.get(messages[j])
+    if (!p || p.n !== j + 1 || p.routeKey !== routeKey) continue
+    let same = true
+    for (let i = 0; i <= j && same; i++) same = p.messages[i] === messages[i]
+    if (same) return p
+  }
+  return undefined
 }
 
 /**

@@ -132,4 +132,51 @@ describe('toPiContext (SPEC §8.11)', () => {
     expect(dropToolCallsFromReplayState(rs)).toEqual({ v: 1, api: 'x', blocks: [{ type: 'text' }] })
     expect(dropToolCallsFromReplayState(undefined)).toBeUndefined()
   })
+
+  describe('a step converts only what follows the previous step\'s messages (issue 16)', () => {
+    const deepFreeze = <T>(v: T): T => {
+      if (v && typeof v === 'object' && !Object.isFrozen(v)) {
+        Object.freeze(v)
+        for (const x of Object.values(v)) deepFreeze(x)
+      }
+      return v
+    }
+    /** frozen messages and a frozen array, as the driver's requests carry them */
+    const frozen = (...ms: Message[]) => deepFreeze(ms) as readonly Message[]
+    /** the same conversion from unfrozen copies: no memo, no prefix */
+    const fresh = (ms: readonly Message[], r = route) => toPiContext(structuredClone([...ms]), undefined, r)
+    const step1 = [sys('s1', 'be brief'), user('u1', 'go'), asst('a1', [{ type: 'tool-call', id: 'c1', name: 'echo', arguments: '{"text":"x"}' }], { v: 1, api: 'openai-completions', blocks: [{ type: 'tool-call', id: 'c1', signature: 'sig' }] })]
+
+    it('a request that extends the previous one converts as a fresh one would, tool names from the prefix included', () => {
+      const m1 = frozen(...step1)
+      expect(toPiContext(m1, undefined, route)).toEqual(fresh(m1))
+      const m2 = frozen(...m1, result('r1', 'c1', 'x'))
+      const c2 = toPiContext(m2, undefined, route)
+      expect(c2).toEqual(fresh(m2))
+      expect(c2.messages[2]).toMatchObject({ role: 'toolResult', toolName: 'echo', toolCallId: 'c1' })
+      expect(c2.systemPrompt).toBe('be brief')
+      const m3 = frozen(...m2, asst('a2', [{ type: 'text', text: 'done' }]), user('u2', 'more'), sys('s2', 'later'))
+      expect(toPiContext(m3, undefined, route)).toEqual(fresh(m3))
+      // the earlier result is untouched by the later call
+      expect(toPiContext(m2, undefined, route)).toEqual(fresh(m2))
+    })
+
+    it('a changed earlier message, another route or an unfrozen array is not taken for the prefix', () => {
+      const m1 = frozen(...step1, result('r1', 'c1', 'x'))
+      toPiContext(m1, undefined, route)
+      // same length, same last message object, a different first message
+      const edited = frozen(sys('s1', 'be verbose'), m1[1], m1[2], m1[3], asst('a2', [{ type: 'text', text: 'y' }]))
+      expect(toPiContext(edited, undefined, route).systemPrompt).toBe('be verbose')
+      expect(toPiContext(edited, undefined, route)).toEqual(fresh(edited))
+      const other = { api: 'anthropic-messages', provider: 'else', id: 'x' }
+      const more = frozen(...m1, user('u2', 'again'))
+      expect(toPiContext(more, undefined, other)).toEqual(fresh(more, other))
+      // a mutable array may change after the call: it never becomes a prefix
+      const mutable: Message[] = [...m1]
+      toPiContext(mutable, undefined, route)
+      mutable[0] = deepFreeze(sys('s1', 'swapped'))
+      const after = frozen(...mutable, user('u3', 'x'))
+      expect(toPiContext(after, undefined, route).systemPrompt).toBe('swapped')
+    })
+  })
 })
