@@ -7,7 +7,7 @@
 import type { Logger } from 'pino'
 import type { Context } from 'cordis'
 import type { LiveAttempts } from '../bus/index.js'
-import type { Hooks } from '../hooks/index.js'
+import { unwrapService, type Hooks } from '../hooks/index.js'
 import { errorChain, hasPending, listOf, planClear, planDelivery, ROUTE_WAKES, toUserMessage, type AgentCancelCause, type DeliveryRoute, type Json, type MessageInput, type SessionState, type UserMessage } from '../session/index.js'
 import type { LeanRow, SessionRow, StoredEvent } from '../store/index.js'
 import type { LlmService } from '../llm/index.js'
@@ -105,10 +105,12 @@ export class Agent implements Loop {
     const tenantId = row.tenantId
     this.secrets = (names) => (d.secrets ? d.secrets.resolve(tenantId, names) : Promise.resolve({ values: new Map(), missing: [...names] }))
     this.mcp = new McpClients({ policy: d.toolPolicy, secrets: this.secrets, log: this.logger, callTimeoutMs: d.mcpCallTimeoutMs }, spec.mcpServers ?? [])
-    // cordis services are looked up once: property access on a context goes through its proxy
+    // cordis services are looked up once, and unwrapped: every property access and method call on a
+    // service through its context goes through proxies that track the caller (for plugins' disposal);
+    // the driver registers nothing, so it calls the services themselves
     const root = d.root as unknown as { hooks: Hooks; tools: ToolRegistry; systemPrompt: SystemPromptService }
-    this.hooks = root.hooks
-    this.services = { db: d.sessionLog.db, llm: d.llm, registry: root.tools, systemPrompt: root.systemPrompt, toolPolicy: d.toolPolicy, metrics: d.metrics, maxParallelToolCalls: d.maxParallelToolCalls, attempts: d.attempts, tenancy: d.tenancy, continueAfterCrash: d.continueAfterCrash }
+    this.hooks = unwrapService(root.hooks)
+    this.services = { db: d.sessionLog.db, llm: d.llm, registry: unwrapService(root.tools), systemPrompt: unwrapService(root.systemPrompt), toolPolicy: d.toolPolicy, metrics: d.metrics, maxParallelToolCalls: d.maxParallelToolCalls, attempts: d.attempts, tenancy: d.tenancy, continueAfterCrash: d.continueAfterCrash }
     this.watch = new SessionWatch(d.sessionLog.publisher.bus, row.key, {
       log: this.sessionLog,
       pending: this.pending,

@@ -77,8 +77,9 @@ export class Publisher {
    */
   live(s: SessionRef, name: string, payload: Record<string, unknown>, agent?: unknown | ((plugin: string) => unknown), wire: unknown = payload): void {
     if (WIRE_NOTIFICATIONS.has(name)) this.bus.publishLive(s.key, { event: name, data: wire })
+    if (!hasListeners(this.root, name)) return
     // each listener gets the handle of its own plugin (its deliveries default to its source)
     const args = typeof agent === 'function' ? (plugin: string) => [{ ...payload, agent: (agent as (p: string) => unknown)(plugin) }] : [{ ...payload, agent }]
-    if (hasListeners(this.root, name)) emitContained(this.root, name, args, (err, plugin) => this.log.warn({ err, plugin, sessionId: s.id, notification: name }, 'notification listener failed'))
+    emitContained(this.root, name, args, (err, plugin) => this.log.warn({ err, plugin, sessionId: s.id, notification: name }, 'notification listener failed'))
   }
 }

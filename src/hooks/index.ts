@@ -83,9 +83,20 @@ export class Hooks extends Service {
   }
 }
 
-/** The plugin name a context belongs to ('' for the root). */
+/** The plugin name a context belongs to ('' for the root); a context's plugin never changes. */
+const names = new WeakMap<Context, string>()
 export function pluginName(ctx: Context): string {
-  return (ctx.scope?.runtime as { name?: string } | undefined)?.name ?? ctx.name ?? ''
+  let n = names.get(ctx)
+  if (n === undefined) names.set(ctx, (n = (ctx.scope?.runtime as { name?: string } | undefined)?.name ?? ctx.name ?? ''))
+  return n
+}
+
+/**
+ * A cordis service itself, not the proxy a context hands out. The proxy tracks the calling context so
+ * that what a plugin registers goes with it; code that only calls a service (the driver) may skip it.
+ */
+export function unwrapService<T>(service: T): T {
+  return ((service as { [k: symbol]: unknown } | undefined)?.[Symbol.for('cordis.original')] as T | undefined) ?? service
 }
 
 /**

@@ -7,7 +7,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { createRoot, emitContained, type Hooks } from '../../src/hooks/index.js'
+import { createRoot, emitContained, unwrapService, type Hooks } from '../../src/hooks/index.js'
 import { ToolRegistry } from '../../src/tools/index.js'
 import { SystemPromptService } from '../../src/agent/index.js'
 import { loadServerPlugins, PluginLoadError } from '../../src/plugins/index.js'
@@ -97,6 +97,30 @@ describe('contained emits and disposal', () => {
     let called = false
     emitContained(r, 'agent/status', [{}], () => (called = true))
     expect(called).toBe(false)
+  })
+
+  it('the services the driver unwraps (no caller-tracking proxy) see what plugins register and lose it on disposal', async () => {
+    const { r } = root()
+    const raw = { hooks: unwrapService((r as any).hooks as Hooks), tools: unwrapService((r as any).tools as ToolRegistry), sp: unwrapService((r as any).systemPrompt as SystemPromptService) }
+    expect(raw.hooks).not.toBe((r as any).hooks)
+    expect(raw.hooks).toBeInstanceOf(Object.getPrototypeOf(raw.hooks).constructor)
+    const fork = r.plugin({
+      name: 'late',
+      apply(ctx: any) {
+        ctx.hooks.waterfall('x', (p: any, next: any) => next({ by: 'late' }))
+        ctx.tools.register({ name: 'late_tool', description: 'd', parameters: { type: 'object', properties: {} }, execute: () => ({ content: 'x' }) })
+        ctx.systemPrompt.section('late', 'Late section.')
+      },
+    })
+    let seen: unknown
+    await raw.hooks.runWaterfall('x', {}, (p) => (seen = p), { bind: (p, plugin) => ({ ...(p as object), plugin }) })
+    expect(seen).toEqual({ by: 'late' })
+    expect(raw.tools.get('late_tool')).toBeDefined()
+    expect(raw.sp.sections.map((x) => x.name)).toEqual(['late'])
+    fork.dispose()
+    expect(await raw.hooks.runWaterfall('x', { by: 'none' }, (p) => p)).toEqual({ by: 'none' })
+    expect(raw.tools.get('late_tool')).toBeUndefined()
+    expect(raw.sp.sections).toEqual([])
   })
 })
 
