@@ -70,14 +70,18 @@ export class Intake {
   /**
    * Delivery (API.md §5, SPEC §4.4). With `idempotency` (the client named the message), the same id
    * and body answer the original {messageId, seq}; another body or route is 409. The common case
-   * takes two statements: an optimistic read of the row, then one append conditioned on what was read.
+   * takes two statements: an optimistic read of the row, then one append conditioned on what was read;
+   * one, when the caller read the row with its inbox already (the HTTP delivery routes read it with the
+   * key): the first attempt plans on that, and a row that moved since fails the append's condition.
    */
   async deliver(row: SessionRow, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<Accepted & { replayed: boolean }> {
     const { key, id } = row
     if (this.d.publisher.isPublishing(key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
+    let preloaded = row.inbox ? { ...row, inbox: structuredClone(row.inbox) } : undefined
     return this.d.mutex.run(key, async () => {
       for (let attempt = 0; attempt < 3; attempt++) {
-        const snap = await readForIntake(this.d.db, key)
+        const snap = preloaded ?? (await readForIntake(this.d.db, key))
+        preloaded = undefined
         if (!snap) throw sessionNotFound(id)
         if (idempotency) {
           const rec = await findIdempotency(this.d.db, key, message.id)

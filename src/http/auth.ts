@@ -81,7 +81,7 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
     const sessionId = facts.session ? (req.params as { id?: unknown } | undefined)?.id : undefined
     let p: Principal | null
     if (typeof sessionId === 'string') {
-      const a = await tenants.authenticateWithSession(deps.db, token, sessionId)
+      const a = await tenants.authenticateWithSession(deps.db, token, sessionId, { inbox: facts.inbox === true })
       p = a?.principal ?? null
       if (a) req.preloadedSession = a.session
     } else p = await tenants.authenticate(deps.db, token)

@@ -51,6 +51,8 @@ export interface RouteFacts {
   unlimited?: boolean
   /** `:id` is a session of the caller's tenant, loaded into req.session before validation (404 otherwise) */
   session?: boolean
+  /** with `session`: the session's pending input is read with it, for the delivery to plan on (intake.ts) */
+  inbox?: boolean
   /** every body field is optional, so no body at all reads as {} (API.md §10) */
   optionalBody?: boolean
   /** answers text/event-stream (openapi.json) */

@@ -13,7 +13,7 @@ const json = (o: unknown) => JSON.stringify(o)
 
 export async function inboxRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
   for (const route of ['followup', 'steer', 'inject'] as DeliveryRoute[]) {
-    app.post(`/sessions/:id/${route}`, { config: { session: true }, schema: { operationId: route, summary: `Deliver a ${route}`, params: S.SessionParams, body: S.DeliveryBody, response: { 202: S.Accepted, ...err } } }, async (req, reply) => {
+    app.post(`/sessions/:id/${route}`, { config: { session: true, inbox: true }, schema: { operationId: route, summary: `Deliver a ${route}`, params: S.SessionParams, body: S.DeliveryBody, response: { 202: S.Accepted, ...err } } }, async (req, reply) => {
       const body = req.body as { content: unknown; id?: string }
       const header = req.headers['idempotency-key']
       let id = body.id

@@ -1,7 +1,7 @@
 // The session row as SQL selects it and as the store returns it. The door exports the types only
 // (through sessions.ts); the columns and the mapping stay inside store/.
 
-import type { JsonObject, LastTurn, RunState, UsageTotals } from '../session/index.js'
+import type { Inbox, JsonObject, LastTurn, RunState, UsageTotals } from '../session/index.js'
 
 export interface SessionSpec {
   model: string
@@ -37,6 +37,11 @@ export interface SessionRow extends SessionSpec {
   lastTurn: LastTurn | null
   /** SPEC §19: the crash-interrupted turn a continuation is owed for, null when none (migration 0006) */
   continueTurn: number | null
+  /**
+   * the pending input as the row was read, only where the reader asked for it (a delivery route's
+   * authentication): intake plans its first, optimistic attempt on it
+   */
+  inbox?: Inbox
 }
 
 export const COLUMNS = `key, tenant_id, id, title, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at,

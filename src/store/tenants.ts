@@ -2,6 +2,7 @@
 // store the prefix for lookup and a SHA-256 of the whole key, compared in constant time.
 
 import crypto from 'node:crypto'
+import type { Inbox } from '../session/index.js'
 import type { Queryable } from './db.js'
 import { COLUMNS, toRow, type Raw, type SessionRow } from './rows.js'
 
@@ -124,14 +125,17 @@ export async function authenticate(db: Queryable, key: string): Promise<Principa
  * route needs both): the session is null when the tenant has no such session, and is only returned
  * with a principal (a bad key learns nothing).
  */
-export async function authenticateWithSession(db: Queryable, key: string, sessionId: string): Promise<{ principal: Principal; session: SessionRow | null } | null> {
+export async function authenticateWithSession(db: Queryable, key: string, sessionId: string, o: { inbox?: boolean } = {}): Promise<{ principal: Principal; session: SessionRow | null } | null> {
   const m = KEY_RE.exec(key)
   if (!m) return null
   const { rows } = await db.query<KeyRow & Raw>(
-    `${AUTH}, ${SESSION_COLUMNS} ${AUTH_FROM} LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = $2 WHERE k.prefix = $1 AND k.revoked_at IS NULL`,
+    `${AUTH}, ${SESSION_COLUMNS}${o.inbox ? ', s.inbox' : ''} ${AUTH_FROM} LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = $2 WHERE k.prefix = $1 AND k.revoked_at IS NULL`,
     [m[1], sessionId],
   )
   const principal = principalOf(key, rows[0])
   if (!principal) return null
-  return { principal, session: rows[0].key === null || rows[0].key === undefined ? null : toRow(rows[0]) }
+  if (rows[0].key === null || rows[0].key === undefined) return { principal, session: null }
+  const session = toRow(rows[0])
+  if (o.inbox) session.inbox = JSON.parse(rows[0].inbox as string) as Inbox
+  return { principal, session }
 }

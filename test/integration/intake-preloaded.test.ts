@@ -1,0 +1,96 @@
+// A delivery route reads the session's row, inbox included, in the statement that checks the key
+// (http/auth.ts, issue 16); intake plans its first, optimistic attempt on that row, so an accepted
+// followup costs one statement more than the key check: the conditional append. A row that moved
+// since it was read fails the append's condition, and the delivery reads it again: nothing is lost,
+// nothing is overwritten, the order holds.
+
+import { afterEach, describe, expect, it } from 'vitest'
+import { Intake, KeyedMutex } from '../../src/agent/index.js'
+import { toUserMessage } from '../../src/session/index.js'
+import { tenants, type Db } from '../../src/store/index.js'
+import { startTestApp, type TestApp } from '../helpers/app.js'
+import { DB_KINDS } from '../helpers/db.js'
+import { userTexts, type Ev } from '../helpers/events.js'
+import { expectValidLog } from '../helpers/invariants.js'
+
+let t: TestApp | undefined
+afterEach(async () => {
+  await t?.close()
+  t = undefined
+})
+
+/** The db, counting every statement that passes through it (transactions' included). */
+function counting(db: Db): { db: Db; n: () => number } {
+  let n = 0
+  const q = <T extends { query: Db['query'] }>(x: T) => (sql: string, params?: unknown[]) => {
+    n++
+    return x.query(sql, params)
+  }
+  const wrapped: Db = new Proxy(db, {
+    get(target, p) {
+      if (p === 'query') return q(target)
+      if (p === 'transaction') return <R>(fn: (tx: any) => Promise<R>) => target.transaction((tx) => fn({ query: q(tx) }))
+      const v = Reflect.get(target, p)
+      return typeof v === 'function' ? v.bind(target) : v
+    },
+  })
+  return { db: wrapped, n: () => n }
+}
+
+describe.each(DB_KINDS)('a delivery planned on the row its route read (%s)', (kind) => {
+  it('costs one statement with the preloaded row, two without; a stale row is read again and every message arrives once', async () => {
+    t = await startTestApp({ kind })
+    const s = await t.createSession()
+    t.models.script(s.id, { text: ['one'] }, { text: ['two'] }, { text: ['three'] }, { text: ['four'] })
+    const c = counting(t.app.db)
+    const intake = new Intake({ db: c.db, publisher: t.app.publisher, mutex: new KeyedMutex() })
+    const read = async () => (await tenants.authenticateWithSession(t!.app.db, t!.key, s.id, { inbox: true }))!.session!
+    const msg = (text: string) => toUserMessage({ content: text }, { kind: 'user' })
+
+    const fresh = await read()
+    expect(fresh.inbox).toEqual({ nextTurn: [], nextStep: [] })
+    const before = c.n()
+    await intake.deliver(fresh, 'followup', msg('first'))
+    expect(c.n() - before).toBe(1)
+    await t.waitIdle(s.id)
+
+    // without the inbox, the delivery reads the row itself first
+    const { inbox: _drop, ...plain } = await read()
+    const before2 = c.n()
+    await intake.deliver(plain, 'followup', msg('second'))
+    expect(c.n() - before2).toBe(2)
+    await t.waitIdle(s.id)
+
+    // read, then the session moves (a followup through the server), then the stale row is delivered on
+    const stale = await read()
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'third' })).status).toBe(202)
+    await t.waitFor(s.id, (e) => e.type === 'agent/inbox/spliced' && JSON.stringify(e.data).includes('third'))
+    const before3 = c.n()
+    const r = await intake.deliver(stale, 'followup', msg('fourth'))
+    expect(c.n() - before3).toBeGreaterThanOrEqual(3) // the append refused, the read, the append
+    expect(r.seq).toBeGreaterThan(stale.nextSeq)
+    await t.waitFor(s.id, (_e, all) => userTexts(all as Ev[]).length >= 4, 15000)
+    await t.waitIdle(s.id)
+    const all = (await t.events(s.id)) as Ev[]
+    expectValidLog(all)
+    expect(userTexts(all).sort()).toEqual(['first', 'fourth', 'second', 'third'])
+    expect(userTexts(all).indexOf('third')).toBeLessThan(userTexts(all).indexOf('fourth'))
+  })
+
+  it('the followup route reads the inbox with the key: its answer and the log are those of a plain delivery', async () => {
+    t = await startTestApp({ kind })
+    const s = await t.createSession()
+    t.models.script(s.id, { text: ['ok'] })
+    const r = await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hello', id: 'm-1' })
+    expect(r.status).toBe(202)
+    expect(r.body).toMatchObject({ messageId: 'm-1', seq: 0 })
+    // the same id and body again: the idempotent answer, not a second message
+    const again = await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hello', id: 'm-1' })
+    expect(again.status).toBe(202)
+    expect(again.body).toEqual(r.body)
+    await t.waitIdle(s.id)
+    const log = (await t.events(s.id)) as Ev[]
+    expectValidLog(log)
+    expect(userTexts(log)).toEqual(['hello'])
+  })
+})
