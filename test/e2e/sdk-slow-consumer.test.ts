@@ -2,7 +2,7 @@
 // stops the SDK reading its socket, the server's buffer fills, and after its grace period the server
 // ends the stream with `stream/error {code:"slow-consumer"}`. When the consumer pulls again it gets
 // the rest of the cut connection, the error frame, then the SDK's reconnect from its last id: every
-// durable seq exactly once, in order. The server's grace period is 30 s, so this file takes that long;
+// durable seq exactly once, in order. The server's grace period (30 s by default) is set to 3 s here;
 // both databases run at the same time.
 
 import { describe, expect, it } from 'vitest'
@@ -23,7 +23,7 @@ describe('@agentd/client across a slow-consumer cut', () => {
   it.concurrent.each(DB_KINDS)(
     'on %s: the server cuts a consumer that stopped reading, and the stream resumes from its last id with every seq once, in order',
     async (kind) => {
-      const t = await startTestApp({ kind })
+      const t = await startTestApp({ kind, env: { AGENTD_SLOW_CONSUMER_MS: '3000' } })
       try {
         const client = new AgentdClient({ baseUrl: t.url, apiKey: t.key })
         const s = await client.sessions.create({ model: 'faux/echo' })
