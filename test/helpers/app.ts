@@ -60,6 +60,9 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     AGENTD_DATA_DIR: testDb.dataDir ?? fs.mkdtempSync(path.join(process.env.TMPDIR ?? '/tmp', 'agentd-app-')),
     AGENTD_TOOL_HOSTS: '127.0.0.1,localhost',
     LOG_LEVEL: o.logLevel ?? process.env.TEST_LOG_LEVEL ?? 'silent',
+    // a test that closes the app while a turn waits (a client tool, a held model) need not wait the
+    // default 10 s grace for it; a test of the grace itself sets its own
+    AGENTD_SHUTDOWN_GRACE_MS: '1000',
     ...(testDb.url ? { DATABASE_URL: testDb.url } : {}),
     ...(o.env ?? {}),
   }
