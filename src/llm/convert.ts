@@ -93,7 +93,7 @@ export function toPiContext(messages: readonly Message[], tools: readonly ToolSc
   }
   // the next step's request starts with these same frozen messages: it converts only what follows them
   if (frozen && messages.length > 0 && Object.isFrozen(messages)) {
-    prefixes.set(messages[messages.length - 1], { n: messages.length, messages, routeKey, out: out.slice(), toolNames, systemPrompt, frozen: true })
+    prefixes.set(messages[messages.length - 1], { n: messages.length, messages, routeKey, out: out.slice(), toolNames, systemPrompt })
   }
   const ctx: Context = { messages: out }
   if (systemPrompt !== undefined) ctx.systemPrompt = systemPrompt
@@ -114,7 +114,6 @@ interface Prefix {
   out: readonly PiMessage[]
   toolNames: ReadonlyMap<string, string>
   systemPrompt: string | undefined
-  frozen: true
 }
 
 const prefixes = new WeakMap<object, Prefix>()

@@ -26,7 +26,8 @@ export interface TenancyOptions {
 export type Tenant = { id: string; name: string; limits: Limits }
 
 /** the bus topic of a tenant's limits: setLimits invalidates it in every process */
-const limitsTopic = (tenantId: string) => `tenant-limits:${tenantId}`
+const LIMITS_TOPIC = 'tenant-limits:'
+const limitsTopic = (tenantId: string) => `${LIMITS_TOPIC}${tenantId}`
 
 export class Tenancy {
   readonly clock: Clock
@@ -48,7 +49,7 @@ export class Tenancy {
     this.metrics = new TenantMetrics(o.metrics, o.running ?? (() => []))
     o.bus.onInvalidate((topic) => {
       if (topic === null) this.forgetAll()
-      else if (topic.startsWith('tenant-limits:')) this.forget(topic.slice('tenant-limits:'.length))
+      else if (topic.startsWith(LIMITS_TOPIC)) this.forget(topic.slice(LIMITS_TOPIC.length))
     })
   }
 

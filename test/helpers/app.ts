@@ -4,6 +4,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import pino from 'pino'
+import { afterAll, beforeAll } from 'vitest'
 import { loadConfig } from '../../src/config.js'
 import { LOG_REDACT, startApp, type App, type StartOptions } from '../../src/app.js'
 import type { Context } from '../../src/hooks/index.js'
@@ -238,4 +239,21 @@ export async function openSse(url: string, headers: Record<string, string> = {})
       })
     },
   }
+}
+
+/**
+ * Two apps in this process on one PostgreSQL database, each with its own PgBus: `driver` drives
+ * sessions, `api` (AGENTD_ROLE=api) only serves HTTP. Started before the suite's tests, closed after.
+ */
+export function driverAndApi(): { readonly driver: TestApp; readonly api: TestApp } {
+  const apps = {} as { driver: TestApp; api: TestApp }
+  beforeAll(async () => {
+    apps.driver = await startTestApp({ kind: 'pg' })
+    apps.api = await startTestApp({ kind: 'pg', testDb: apps.driver.testDb, env: { AGENTD_ROLE: 'api' } })
+  })
+  afterAll(async () => {
+    await apps.api?.close({ keepDb: true })
+    await apps.driver?.close()
+  })
+  return apps
 }

@@ -109,3 +109,24 @@ export function tenantDb(kind: DbKind, name: string): { db: Db; tenantId: string
   })
   return env
 }
+
+/**
+ * The db, counting the statements that pass through it (those inside its transactions too), or only
+ * those whose text matches `only`.
+ */
+export function countingDb(db: Db, only?: RegExp): { db: Db; n: () => number } {
+  let n = 0
+  const counted = (q: Pick<Db, 'query'>): Db['query'] => <T>(sql: string, params?: unknown[]) => {
+    if (!only || only.test(sql)) n++
+    return q.query<T>(sql, params)
+  }
+  const wrapped = new Proxy(db, {
+    get(target, p) {
+      if (p === 'query') return counted(target)
+      if (p === 'transaction') return <R>(fn: (tx: Pick<Db, 'query'>) => Promise<R>) => target.transaction((tx) => fn({ query: counted(tx) }))
+      const v = Reflect.get(target, p)
+      return typeof v === 'function' ? v.bind(target) : v
+    },
+  })
+  return { db: wrapped, n: () => n }
+}

@@ -4,26 +4,18 @@
 // one database, each with its own PgBus: one drives the session, the other (AGENTD_ROLE=api) serves
 // the subscriber.
 
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import type { PgBus } from '../../src/bus/index.js'
-import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
+import { driverAndApi, openSse } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
 import { until } from '../helpers/wait.js'
 
 describe('PgBus listener reset (pg)', () => {
-  let driver: TestApp
-  let api: TestApp
-  beforeAll(async () => {
-    driver = await startTestApp({ kind: 'pg' })
-    api = await startTestApp({ kind: 'pg', testDb: driver.testDb, env: { AGENTD_ROLE: 'api' } })
-  })
-  afterAll(async () => {
-    await api?.close({ keepDb: true })
-    await driver?.close()
-  })
+  const apps = driverAndApi()
 
   it('a subscriber on the other app gets every durable event exactly once across listener drops', async () => {
+    const { driver, api } = apps
     const bus = api.app.bus as PgBus
     expect(typeof bus.dropListener).toBe('function')
     const s = await driver.createSession()

@@ -7,9 +7,9 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { Intake, KeyedMutex } from '../../src/agent/index.js'
 import { toUserMessage } from '../../src/session/index.js'
-import { tenants, type Db } from '../../src/store/index.js'
+import { tenants } from '../../src/store/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { countingDb, DB_KINDS } from '../helpers/db.js'
 import { userTexts, type Ev } from '../helpers/events.js'
 import { expectValidLog } from '../helpers/invariants.js'
 
@@ -19,30 +19,12 @@ afterEach(async () => {
   t = undefined
 })
 
-/** The db, counting every statement that passes through it (transactions' included). */
-function counting(db: Db): { db: Db; n: () => number } {
-  let n = 0
-  const q = <T extends { query: Db['query'] }>(x: T) => (sql: string, params?: unknown[]) => {
-    n++
-    return x.query(sql, params)
-  }
-  const wrapped: Db = new Proxy(db, {
-    get(target, p) {
-      if (p === 'query') return q(target)
-      if (p === 'transaction') return <R>(fn: (tx: any) => Promise<R>) => target.transaction((tx) => fn({ query: q(tx) }))
-      const v = Reflect.get(target, p)
-      return typeof v === 'function' ? v.bind(target) : v
-    },
-  })
-  return { db: wrapped, n: () => n }
-}
-
 describe.each(DB_KINDS)('a delivery planned on the row its route read (%s)', (kind) => {
   it('costs one statement with the preloaded row, two without; a stale row is read again and every message arrives once', async () => {
     t = await startTestApp({ kind })
     const s = await t.createSession()
     t.models.script(s.id, { text: ['one'] }, { text: ['two'] }, { text: ['three'] }, { text: ['four'] })
-    const c = counting(t.app.db)
+    const c = countingDb(t.app.db)
     const intake = new Intake({ db: c.db, publisher: t.app.publisher, mutex: new KeyedMutex() })
     const read = async () => (await tenants.authenticateWithSession(t!.app.db, t!.key, s.id, { inbox: true }))!.session!
     const msg = (text: string) => toUserMessage({ content: text }, { kind: 'user' })

@@ -10,32 +10,15 @@ import { LocalHub, PgBus } from '../../src/bus/index.js'
 import type { Db } from '../../src/store/index.js'
 import { periodsAt } from '../../src/tenancy/clock.js'
 import { Tenancy } from '../../src/tenancy/index.js'
-import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS, openTestDb, tenantDb, type TestDb } from '../helpers/db.js'
+import { driverAndApi } from '../helpers/app.js'
+import { countingDb, DB_KINDS, openTestDb, tenantDb, type TestDb } from '../helpers/db.js'
 import { d, turnOf, type Ev } from '../helpers/events.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { until } from '../helpers/wait.js'
 
 const log = pino({ level: 'silent' })
+/** the budget check's read (store/usage.ts budgetState) */
 const BUDGET_READ = /FROM tenants t\s+LEFT JOIN usage_totals/
-
-/** The db, counting the budget reads that pass through it. */
-function countingBudgetReads(db: Db): { db: Db; reads: () => number } {
-  let n = 0
-  const wrapped = new Proxy(db, {
-    get(target, p, receiver) {
-      if (p === 'query') {
-        return (text: string, params?: unknown[]) => {
-          if (BUDGET_READ.test(text)) n++
-          return target.query(text, params)
-        }
-      }
-      const v = Reflect.get(target, p, receiver)
-      return typeof v === 'function' ? v.bind(target) : v
-    },
-  })
-  return { db: wrapped, reads: () => n }
-}
 
 const spend = (db: Db, tenantId: string, tokens: number) =>
   db.query('INSERT INTO usage_totals (tenant_id, period, tokens, cost_usd) VALUES ($1, $2, $3, 0) ON CONFLICT (tenant_id, period) DO UPDATE SET tokens = EXCLUDED.tokens', [tenantId, periodsAt(Date.now()).day, tokens])
@@ -44,36 +27,36 @@ describe.each(DB_KINDS)('the budget check on %s', (kind) => {
   const env = tenantDb(kind, 'budget-cache')
 
   it('reads a tenant without token or cost limits once; after setLimits it reads before every check and refuses; null limits make it read-free again', async () => {
-    const c = countingBudgetReads(env.db)
+    const c = countingDb(env.db, BUDGET_READ)
     const tenancy = new Tenancy({ db: c.db, bus: new LocalHub(), log })
     await spend(env.db, env.tenantId, 50)
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
-    expect(c.reads()).toBe(1)
+    expect(c.n()).toBe(1)
 
     // a running limit alone cannot refuse an attempt: still no read per check
     await tenancy.setLimits(env.tenantId, { maxRunningSessions: 5 })
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
-    expect(c.reads()).toBe(2)
+    expect(c.n()).toBe(2)
 
     await tenancy.setLimits(env.tenantId, { tokensPerDay: 10 })
     expect(await tenancy.checkBudget(env.tenantId)).toEqual({ code: 'BUDGET_EXCEEDED', message: expect.stringMatching(/50 of 10 tokens/) })
-    expect(c.reads()).toBe(3)
+    expect(c.n()).toBe(3)
     // a tenant with a limit is read every time: its usage may have moved
     await spend(env.db, env.tenantId, 5)
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
-    expect(c.reads()).toBe(5)
+    expect(c.n()).toBe(5)
     await spend(env.db, env.tenantId, 50)
     expect(await tenancy.checkBudget(env.tenantId)).toMatchObject({ code: 'BUDGET_EXCEEDED' })
-    expect(c.reads()).toBe(6)
+    expect(c.n()).toBe(6)
 
     await tenancy.setLimits(env.tenantId, { tokensPerDay: null, maxRunningSessions: null })
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
-    expect(c.reads()).toBe(7)
+    expect(c.n()).toBe(7)
   })
 })
 
@@ -89,38 +72,30 @@ describe('the budget check across processes (pg)', () => {
   it('a dropped bus connection forgets which tenants have no limits: the next check reads again', async () => {
     const { rows } = await testDb.db.query<{ id: string }>("INSERT INTO tenants (id, name, created_at) VALUES (gen_random_uuid(), 'drop', 0) RETURNING id")
     const tenantId = rows[0].id
-    const c = countingBudgetReads(testDb.db)
+    const c = countingDb(testDb.db, BUDGET_READ)
     const bus = new PgBus({ url: testDb.url!, db: testDb.db })
     await bus.start()
     try {
       const tenancy = new Tenancy({ db: c.db, bus, log })
       await tenancy.checkBudget(tenantId)
       await tenancy.checkBudget(tenantId)
-      expect(c.reads()).toBe(1)
+      expect(c.n()).toBe(1)
       const before = bus.generation
       bus.dropListener()
       await until('the listener is back', () => bus.generation > before, 10000)
       await tenancy.checkBudget(tenantId)
       await tenancy.checkBudget(tenantId)
-      expect(c.reads()).toBe(2)
+      expect(c.n()).toBe(2)
     } finally {
       await bus.close()
     }
   })
 
   describe('two apps on one database', () => {
-    let driver: TestApp
-    let api: TestApp
-    beforeAll(async () => {
-      driver = await startTestApp({ kind: 'pg' })
-      api = await startTestApp({ kind: 'pg', testDb: driver.testDb, env: { AGENTD_ROLE: 'api' } })
-    })
-    afterAll(async () => {
-      await api?.close({ keepDb: true })
-      await driver?.close()
-    })
+    const apps = driverAndApi()
 
     it('limits PATCHed on the other process apply to the next turn of the process that skips the read; removed, turns run again', async () => {
+      const { driver, api } = apps
       const s = await driver.createSession()
       const turn = async (n: number, content: string): Promise<Ev[]> => {
         expect((await api.api('POST', `/v1/sessions/${s.id}/followup`, { content }, { key: driver.key })).status).toBe(202)
