@@ -27,6 +27,8 @@ export type Tenant = { id: string; name: string; limits: Limits }
 
 /** the bus topic of a tenant's limits: setLimits invalidates it in every process */
 const LIMITS_TOPIC = 'tenant-limits:'
+/** how long a tenant read without a budget is taken to have none, invalidations aside */
+export const UNBUDGETED_TRUST_MS = 30_000
 const limitsTopic = (tenantId: string) => `${LIMITS_TOPIC}${tenantId}`
 
 export class Tenancy {
@@ -37,9 +39,11 @@ export class Tenancy {
    * Tenants last read with neither tokensPerDay nor costUsdPerMonth: their budget check cannot refuse,
    * so it needs no read until their limits change. PATCH of the limits invalidates the entry in every
    * process over the bus (a dropped bus connection clears them all); a tenant with a token or cost
-   * limit is read before every attempt, as its settled usage moves.
+   * limit is read before every attempt, as its settled usage moves. An entry is trusted for
+   * UNBUDGETED_TRUST_MS at most: a process killed between a PATCH's commit and its NOTIFY loses the
+   * invalidation, and this bounds how long a new budget can go unenforced elsewhere.
    */
-  private readonly unbudgeted = new Map<string, { maxRunning: boolean; hasLimits: boolean }>()
+  private readonly unbudgeted = new Map<string, { maxRunning: boolean; hasLimits: boolean; at: number }>()
   /** bumped by every invalidation: a read that started before one does not fill the map */
   private generation = 0
 
@@ -70,7 +74,7 @@ export class Tenancy {
    */
   async checkBudget(tenantId: string): Promise<LlmFailure | null> {
     const known = this.unbudgeted.get(tenantId)
-    if (known) {
+    if (known && this.clock() - known.at < UNBUDGETED_TRUST_MS) {
       this.bell.learnt(tenantId, known.maxRunning)
       this.metrics.sawLimits(tenantId, known.hasLimits)
       return null
@@ -82,7 +86,7 @@ export class Tenancy {
     this.bell.learnt(tenantId, s.maxRunningSessions !== null)
     this.metrics.sawLimits(tenantId, s.hasLimits)
     if (s.tokensPerDay === null && s.costUsdPerMonth === null && generation === this.generation) {
-      this.unbudgeted.set(tenantId, { maxRunning: s.maxRunningSessions !== null, hasLimits: s.hasLimits })
+      this.unbudgeted.set(tenantId, { maxRunning: s.maxRunningSessions !== null, hasLimits: s.hasLimits, at: this.clock() })
     }
     const refusal = budgetRefusal(s, period)
     if (!refusal) return null

@@ -10,6 +10,7 @@ import { LocalHub, PgBus } from '../../src/bus/index.js'
 import type { Db } from '../../src/store/index.js'
 import { periodsAt } from '../../src/tenancy/clock.js'
 import { Tenancy } from '../../src/tenancy/index.js'
+import { UNBUDGETED_TRUST_MS } from '../../src/tenancy/tenancy.js'
 import { driverAndApi } from '../helpers/app.js'
 import { countingDb, DB_KINDS, openTestDb, tenantDb, type TestDb } from '../helpers/db.js'
 import { d, turnOf, type Ev } from '../helpers/events.js'
@@ -57,6 +58,29 @@ describe.each(DB_KINDS)('the budget check on %s', (kind) => {
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
     expect(c.n()).toBe(7)
+  })
+})
+
+describe.each(DB_KINDS)('the budget check trusts "no budget" for a while (%s)', (kind) => {
+  const env = tenantDb(kind, 'budget-trust')
+
+  it(`reads again after UNBUDGETED_TRUST_MS, so an invalidation lost to a crash delays a new budget by that much at most`, async () => {
+    let now = Date.now()
+    const c = countingDb(env.db, BUDGET_READ)
+    const tenancy = new Tenancy({ db: c.db, bus: new LocalHub(), log, clock: () => now })
+    await tenancy.checkBudget(env.tenantId)
+    now += UNBUDGETED_TRUST_MS - 1000
+    await tenancy.checkBudget(env.tenantId)
+    expect(c.n()).toBe(1)
+    // a budget set behind this process's back (no invalidation reaches it) applies once the trust runs out
+    await env.db.query('UPDATE tenants SET tokens_per_day = 1 WHERE id = $1', [env.tenantId])
+    await spend(env.db, env.tenantId, 10)
+    expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
+    now += 2000
+    const period = periodsAt(now).day
+    await env.db.query('INSERT INTO usage_totals (tenant_id, period, tokens, cost_usd) VALUES ($1, $2, 10, 0) ON CONFLICT (tenant_id, period) DO UPDATE SET tokens = 10', [env.tenantId, period])
+    expect(await tenancy.checkBudget(env.tenantId)).toMatchObject({ code: 'BUDGET_EXCEEDED' })
+    expect(c.n()).toBe(2)
   })
 })
 
