@@ -8,7 +8,10 @@ import type { Queryable } from './db.js'
 /**
  * Side row (side.ts): a unit's ledger entries, as two statements — the ledger rows and the period
  * totals (each UTC day and month touched). Entries are distinct by (day, model), and so are the
- * periods here, as one INSERT … ON CONFLICT may not touch a row twice.
+ * periods here, as one INSERT … ON CONFLICT may not touch a row twice. Every writer of the totals
+ * (this one and group.ts's) locks their rows in one order, (tenant, period) in the "C" collation:
+ * sessions of one tenant settle concurrently in several statements, and two of them locking a day
+ * and its month in opposite orders deadlock.
  */
 export function usageSql(entries: readonly LedgerEntry[], params: unknown[], when: string): string[] {
   const ledger = ledgerSql(entries, params, when, '$1')
@@ -18,6 +21,7 @@ export function usageSql(entries: readonly LedgerEntry[], params: unknown[], whe
   const totals = `INSERT INTO usage_totals (tenant_id, period, tokens, cost_usd)
      SELECT s.tenant_id, p.period, p.tokens, p.cost FROM sessions s, unnest($${n - 2}::text[], $${n - 1}::bigint[], $${n}::float8[]) AS p(period, tokens, cost)
      WHERE s.key = $1 AND ${when}
+     ORDER BY p.period COLLATE "C"
      ON CONFLICT (tenant_id, period) DO UPDATE SET ${TOTALS_ADD}`
   return [ledger, totals]
 }

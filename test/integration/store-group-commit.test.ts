@@ -6,8 +6,8 @@
 import crypto from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import type { Draft } from '../../src/session/index.js'
-import { appendConditional, budgetState, insertSession, lockLean, NOW_MS, readEvents, stamp, type Db, type SideRow } from '../../src/store/index.js'
-import { DB_KINDS, tenantDb } from '../helpers/db.js'
+import { appendConditional, budgetState, insertSession, lockLean, NOW_MS, openPg, readEvents, stamp, type Db, type SideRow } from '../../src/store/index.js'
+import { DB_KINDS, openTestDb, tenantDb } from '../helpers/db.js'
 
 const note = (text: string): Draft => ({ type: 'test/note', data: { text } })
 
@@ -127,4 +127,45 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
     await Promise.all(keys.map((k, i) => (i === 4 ? Promise.resolve() : settle(env.db, k, 1, i))))
     expect((await budgetState(env.db, env.tenantId, day, day.slice(0, 7)))!.dayTokens).toBe(2 * tokens)
   })
+})
+
+// Several processes settle sessions of one tenant at once, each with its own pool and group
+// committer, so single-unit and grouped statements upsert the same day and month totals rows
+// concurrently. They must lock those rows in one order: in opposite orders they deadlock (seen in CI
+// as a turn ended `error` "deadlock detected" in test/e2e/processes.test.ts).
+describe('group commit across pools (PostgreSQL)', () => {
+  it("three pools settling one tenant's sessions concurrently: no deadlock, and the totals are the sum", async () => {
+    const t = await openTestDb('pg')
+    const tenantId = crypto.randomUUID()
+    await t.db.query('INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)', [tenantId, 'pools', Date.now()])
+    const pools: Db[] = [t.db, openPg(t.url!, 10), openPg(t.url!, 10)]
+    const day = '2031-05-06'
+    const usage: SideRow = { kind: 'usage', entries: [{ day, model: 'test/m', usage: { inputTokens: 10, outputTokens: 1, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0.5 }, attempts: 1 }] }
+    const SESSIONS = 12
+    const ROUNDS = 30
+    const errors: string[] = []
+    try {
+      await Promise.all(
+        pools.map(async (db, p) => {
+          const keys = Array.from({ length: SESSIONS }, () => crypto.randomUUID())
+          for (const [i, key] of keys.entries()) await insertSession(db, { key, tenantId, id: `pool-${p}-${i}`, model: 'test/scripted', system: '', tools: [], metadata: {}, createHash: 'h', createdAt: 1_700_000_000_000 })
+          await Promise.all(
+            keys.map(async (key) => {
+              for (let s = 0; s < ROUNDS; s++) {
+                // jitter: some units go alone, others join groups
+                await new Promise((r) => setTimeout(r, Math.random() * 3))
+                await appendConditional(db, key, { nextSeq: s }, stamp({ nextSeq: s, lastTime: 0 }, [note(`settle ${s}`)], 1_700_000_000_001), {}, [usage]).catch((e) => errors.push(String((e as Error).message)))
+              }
+            }),
+          )
+        }),
+      )
+      expect(errors).toEqual([])
+      const s = await budgetState(t.db, tenantId, day, day.slice(0, 7))
+      expect(s).toMatchObject({ dayTokens: 3 * SESSIONS * ROUNDS * 11, monthCostUsd: 3 * SESSIONS * ROUNDS * 0.5 })
+    } finally {
+      for (const p of pools.slice(1)) await p.close()
+      await t.drop()
+    }
+  }, 120_000)
 })
