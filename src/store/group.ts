@@ -18,7 +18,7 @@
 
 import { DbUnavailableError, type Db, type QueryResult } from './db.js'
 import { rowSets, type RowPatch, type RunState } from './sessions.js'
-import { ledgerSql, TOTALS_ADD, usagePeriods } from './usage.js'
+import { ledgerSql, totalsUpsert, usagePeriods } from './usage.js'
 import type { LedgerEntry } from '../session/index.js'
 
 export interface GroupUnit {
@@ -79,19 +79,13 @@ function unitSql(i: number, u: GroupUnit, params: unknown[]): { ctes: string; se
   return { ctes, totals, select: `SELECT ${i} AS u, m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM u${i}e) AS n FROM u${i}m m` }
 }
 
-/**
- * The group's period totals: one upsert of the sums, per tenant and period, over the units that moved,
- * locking the totals rows in the order every writer of them uses (usage.ts usageSql).
- */
+/** The group's period totals: one upsert of the sums, per tenant and period, over the units that moved. */
 function totalsCte(parts: ReadonlyArray<{ totals?: string }>): string {
   const rows = parts.flatMap((p) => (p.totals ? [p.totals] : []))
   if (!rows.length) return ''
   return `,
-     totals AS (INSERT INTO usage_totals (tenant_id, period, tokens, cost_usd)
-       SELECT s.tenant_id, t.period, sum(t.tokens), sum(t.cost) FROM (${rows.join(' UNION ALL ')}) AS t JOIN sessions s ON s.key = t.key
-       GROUP BY s.tenant_id, t.period
-       ORDER BY s.tenant_id, t.period COLLATE "C"
-       ON CONFLICT (tenant_id, period) DO UPDATE SET ${TOTALS_ADD})`
+     totals AS (${totalsUpsert(`SELECT s.tenant_id, t.period, sum(t.tokens), sum(t.cost) FROM (${rows.join(' UNION ALL ')}) AS t JOIN sessions s ON s.key = t.key
+       GROUP BY s.tenant_id, t.period`)})`
 }
 
 interface Waiting {

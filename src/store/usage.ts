@@ -8,21 +8,15 @@ import type { Queryable } from './db.js'
 /**
  * Side row (side.ts): a unit's ledger entries, as two statements — the ledger rows and the period
  * totals (each UTC day and month touched). Entries are distinct by (day, model), and so are the
- * periods here, as one INSERT … ON CONFLICT may not touch a row twice. Every writer of the totals
- * (this one and group.ts's) locks their rows in one order, (tenant, period) in the "C" collation:
- * sessions of one tenant settle concurrently in several statements, and two of them locking a day
- * and its month in opposite orders deadlock.
+ * periods here, as one INSERT … ON CONFLICT may not touch a row twice.
  */
 export function usageSql(entries: readonly LedgerEntry[], params: unknown[], when: string): string[] {
   const ledger = ledgerSql(entries, params, when, '$1')
   const list = usagePeriods(entries)
   params.push(list.map(([k]) => k), list.map(([, p]) => p.tokens), list.map(([, p]) => p.costUsd))
   const n = params.length
-  const totals = `INSERT INTO usage_totals (tenant_id, period, tokens, cost_usd)
-     SELECT s.tenant_id, p.period, p.tokens, p.cost FROM sessions s, unnest($${n - 2}::text[], $${n - 1}::bigint[], $${n}::float8[]) AS p(period, tokens, cost)
-     WHERE s.key = $1 AND ${when}
-     ORDER BY p.period COLLATE "C"
-     ON CONFLICT (tenant_id, period) DO UPDATE SET ${TOTALS_ADD}`
+  const totals = totalsUpsert(`SELECT s.tenant_id, p.period, p.tokens, p.cost FROM sessions s, unnest($${n - 2}::text[], $${n - 1}::bigint[], $${n}::float8[]) AS p(period, tokens, cost)
+     WHERE s.key = $1 AND ${when}`)
   return [ledger, totals]
 }
 
@@ -43,7 +37,19 @@ export function ledgerSql(entries: readonly LedgerEntry[], params: unknown[], wh
        cost_usd = usage_ledger.cost_usd + EXCLUDED.cost_usd, attempts = usage_ledger.attempts + EXCLUDED.attempts`
 }
 
-export const TOTALS_ADD = 'tokens = usage_totals.tokens + EXCLUDED.tokens, cost_usd = usage_totals.cost_usd + EXCLUDED.cost_usd'
+/**
+ * The one statement that adds to the period totals, from `rows` (columns tenant_id, period, tokens,
+ * cost; distinct by tenant and period). Every writer of the totals goes through it (this file's
+ * usageSql and group.ts), so all lock their rows in one order, (tenant, period) in the "C"
+ * collation: sessions of one tenant settle concurrently in several statements, and two of them
+ * locking a day and its month in opposite orders deadlock.
+ */
+export function totalsUpsert(rows: string): string {
+  return `INSERT INTO usage_totals (tenant_id, period, tokens, cost_usd)
+     SELECT r.tenant_id, r.period, r.tokens, r.cost FROM (${rows}) AS r(tenant_id, period, tokens, cost)
+     ORDER BY r.tenant_id, r.period COLLATE "C"
+     ON CONFLICT (tenant_id, period) DO UPDATE SET tokens = usage_totals.tokens + EXCLUDED.tokens, cost_usd = usage_totals.cost_usd + EXCLUDED.cost_usd`
+}
 
 /** The amounts entries add to each period they touch (each UTC day and month), distinct by period. */
 export function usagePeriods(entries: readonly LedgerEntry[]): Array<[string, { tokens: number; costUsd: number }]> {
