@@ -67,7 +67,11 @@ function toolEffects(tc: TurnContext): ToolEffects {
       pending.opened(p.callId)
     },
     waitAnswer: (callId, kind) => pending.wait(callId, kind, tc.signal),
-    async commitResult(p, callSeq, { outcome, contexts }) {
+    async commitResult(p, callSeq, { outcome, contexts }, last) {
+      // the batch's last result is the step's last write: its step/end (SPEC §6.2) rides in the same
+      // unit, as nothing foreign runs between them. Not with contexts, whose agent/inbox/inserted
+      // notifications come between the result and the step's end.
+      const closesStep = last && !contexts.length
       await tc.log.commit((u) => {
         u.add(toolResultDraft(at, p.callId, callSeq, outcome))
         if (contexts.length) {
@@ -76,7 +80,9 @@ function toolEffects(tc: TurnContext): ToolEffects {
         }
         // settlement deletes the call's pending row (SPEC §18.10) with its result
         if (pending.hasRow(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
+        if (closesStep) u.add({ type: 'step/end', data: { turn, step } })
       })
+      if (closesStep) tc.stepClosed = true
       pending.closed(p.callId)
       for (const message of contexts) tc.notify('agent/inbox/inserted', { message })
       metrics?.toolCalls.inc({ code: outcome.error?.code ?? (outcome.isError ? 'error' : 'ok') })

@@ -172,6 +172,8 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
   let exception = false
   let target: InboxTarget = 'next-turn'
   let claimed: UserMessage[] | undefined = firstClaim
+  /** set when the last step's step/end unit also ended the turn (closeStep) */
+  let ended: { reason: TurnEndReason; after: AfterTurn } | undefined
   try {
     for (;;) {
       tc.abort.check()
@@ -193,12 +195,17 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
       tc.abort.check()
       await tc.log.commit((u) => void u.add({ type: 'step/start', data: { turn, step: proposed } }))
       tc.step = proposed
+      tc.stepClosed = false
       metrics?.steps.inc()
-      let result: StepResult
+      let result: StepResult | undefined
       try {
         result = await runStep(tc, p)
       } finally {
-        await closer(() => tc.log.commit((u) => void u.add({ type: 'step/end', data: { turn, step: tc.step } })))
+        if (!tc.stepClosed) ended = await closeStep(tc, result, sawMaxTokens)
+      }
+      if (ended) {
+        reason = ended.reason
+        break
       }
       if (result === 'max-tokens') sawMaxTokens = true
       stopped = result !== 'continue'
@@ -222,13 +229,43 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
       loop.logger.warn({ turn, step: tc.step, code: error.code, err: error.message }, 'turn failed')
     }
   }
+  const after = ended
+    ? ended.after
+    : (
+        await closer(() =>
+          tc.log.commit<AfterTurn>((u) => {
+            u.add({ type: 'turn/end', data: { turn, reason } as unknown as Json })
+            return endOfTurn(tc, u, exception || park)
+          }),
+        )
+      ).value
+  metrics?.turnEnded(reason!.kind, started)
+  return after
+}
+
+/**
+ * The open step's step/end (SPEC §6.2: `finally: append step/end`). When the step stopped naturally
+ * and the turn therefore ends right after — next-step empty, no agent/turn-stopping listener to
+ * await, no cancellation — nothing foreign runs between step/end and turn/end, so both go in ONE
+ * unit with the exit decision: one round trip fewer per turn, the same events in the same order.
+ * Decided in the build, against the state the unit is written on (a delivery that committed
+ * meanwhile makes the fenced append read it, and the turn goes on). Returns the turn's end when
+ * the unit ended it.
+ */
+async function closeStep(tc: TurnContext, result: StepResult | undefined, sawMaxTokens: boolean): Promise<{ reason: TurnEndReason; after: AfterTurn } | undefined> {
+  const { loop, turn } = tc
   const r = await closer(() =>
-    tc.log.commit<AfterTurn>((u) => {
+    tc.log.commit<{ reason: TurnEndReason; after: AfterTurn } | undefined>((u) => {
+      u.add({ type: 'step/end', data: { turn, step: tc.step } })
+      const endsTurn = result !== undefined && result !== 'continue' && !tc.signal.aborted && loop.state.inbox.nextStep.length === 0 && tc.hooks.count('agent/turn-stopping') === 0
+      if (!endsTurn) return {}
+      const reason: TurnEndReason = sawMaxTokens || result === 'max-tokens' ? { kind: 'max-tokens' } : { kind: 'completed' }
       u.add({ type: 'turn/end', data: { turn, reason } as unknown as Json })
-      return endOfTurn(tc, u, exception || park)
+      const end = endOfTurn(tc, u, false)
+      return { patch: end.patch, value: { reason, after: end.value } }
     }),
   )
-  metrics?.turnEnded(reason!.kind, started)
+  tc.stepClosed = true
   return r.value
 }
 

@@ -75,8 +75,8 @@ export interface ToolEffects {
   openApproval(plan: ToolCallPlan, callSeq: number): Promise<void>
   /** the answer to a pending call, or undefined once the turn is cancelled */
   waitAnswer(callId: string, kind: 'client' | 'approval'): Promise<unknown>
-  /** SPEC §11.6: append tool/result and queue its contexts in next-step */
-  commitResult(plan: ToolCallPlan, callSeq: number, call: FinishedCall): Promise<void>
+  /** SPEC §11.6: append tool/result and queue its contexts in next-step; `last` as in ToolHost.commit */
+  commitResult(plan: ToolCallPlan, callSeq: number, call: FinishedCall, last: boolean): Promise<void>
   /** SPEC §11.8: tool/call then this result, for a call never started */
   abortUnstarted(plan: ToolCallPlan, outcome: ToolOutcome): Promise<void>
 }
@@ -103,9 +103,9 @@ export async function runToolCalls(calls: readonly ToolCallBlock[], env: ToolEnv
     prepare: (p, callSeq) => prepareCall(env, fx, p, callSeq),
     execute: (p) => timed(env, p, () => executeCall(env, fx, p)),
     notRun: (_p, decision) => notRun(decision),
-    commit: async (p, callSeq, outcome) => {
+    commit: async (p, callSeq, outcome, last) => {
       const finished = await finishCall(env, p, outcome)
-      await fx.commitResult(p, callSeq, finished)
+      await fx.commitResult(p, callSeq, finished, last)
       return { concludes: finished.outcome.concludesTurn === true }
     },
     abortUnstarted: (p) => fx.abortUnstarted(p, ABORTED_BEFORE_DISPATCH),

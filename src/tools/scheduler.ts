@@ -28,8 +28,11 @@ export interface ToolHost<O> {
   execute(plan: ToolCallPlan, callSeq: number): Promise<O>
   /** the outcome of a call that did not run: denied, or aborted before dispatch */
   notRun(plan: ToolCallPlan, decision: Exclude<PrepareDecision, { kind: 'allow' }>): O
-  /** post-process and append tool/result (SPEC §11.6); reports concludesTurn */
-  commit(plan: ToolCallPlan, callSeq: number, outcome: O): Promise<{ concludes: boolean }>
+  /**
+   * post-process and append tool/result (SPEC §11.6); reports concludesTurn. `last`: the batch's
+   * final call, whose result is the batch's last write (nothing runs after it but the step's end)
+   */
+  commit(plan: ToolCallPlan, callSeq: number, outcome: O, last: boolean): Promise<{ concludes: boolean }>
   /** SPEC §11.8: tool/call then an aborted-before-dispatch tool/result for a call never started */
   abortUnstarted(plan: ToolCallPlan): Promise<void>
 }
@@ -84,7 +87,7 @@ export async function runToolBatch<O>(calls: ToolCallPlan[], host: ToolHost<O>):
       if (failure) return
       try {
         const { callSeq, outcome } = await settled
-        const c = await host.commit(plan, callSeq, outcome)
+        const c = await host.commit(plan, callSeq, outcome, plan === calls[calls.length - 1])
         if (c.concludes) concludes = true
       } catch (e) {
         fail(e)

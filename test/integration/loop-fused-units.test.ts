@@ -1,0 +1,159 @@
+// Adjacent units with nothing foreign between them share one write (issue 16, SPEC §2.7, §6.2):
+//  - the batch's last tool/result and its step's step/end (nothing runs after the last result);
+//  - a stopping step's step/end and the turn/end, when next-step is empty and no agent/turn-stopping
+//    listener is registered (nothing is awaited between them).
+// Rows written by one statement share their transaction id (xmin); every other unit has its own.
+// The log itself is the one SPEC describes, event for event; a turn-stopping listener, a tool's
+// additional contexts or a steer that is pending keep the units apart, and the turn goes on as before.
+
+import { afterEach, describe, expect, it } from 'vitest'
+import type { Context } from '../../src/hooks/index.js'
+import { startTestApp, type TestApp } from '../helpers/app.js'
+import { DB_KINDS } from '../helpers/db.js'
+import { gate } from '../helpers/scripted.js'
+import { expectValidLog } from '../helpers/invariants.js'
+import type { Ev } from '../helpers/events.js'
+
+let t: TestApp | undefined
+afterEach(async () => {
+  await t?.close()
+  t = undefined
+})
+
+/** A builtin `ping`, and `ctx` that answers with an additional context. */
+const tools = (root: Context) =>
+  root.plugin({
+    name: 'fused-tools',
+    apply(ctx: any) {
+      ctx.tools.register({ name: 'ping', description: 'answers pong', parameters: { type: 'object', properties: {} }, execute: async () => ({ content: 'pong' }) })
+      ctx.tools.register({
+        name: 'ctx',
+        description: 'answers with a context',
+        parameters: { type: 'object', properties: {} },
+        execute: async () => ({ content: 'ok', additionalContexts: [{ content: 'a context' }] }),
+      })
+    },
+  })
+
+/** An agent/turn-stopping listener that records which events the log had when it ran. */
+function stoppingListener(seen: string[][]) {
+  return (root: Context, db: any) =>
+    root.plugin({
+      name: 'stopping-probe',
+      apply(ctx: any) {
+        ctx.hooks.serial('agent/turn-stopping', async (p: { agent: { id: string } }) => {
+          const r = await db.query("SELECT e.type FROM session_events e JOIN sessions s ON s.key = e.session_key WHERE s.id = $1 ORDER BY e.seq", [p.agent.id])
+          seen.push(r.rows.map((x: { type: string }) => x.type))
+        })
+      },
+    })
+}
+
+/** The session's events with the transaction that wrote each. */
+async function writes(app: TestApp, id: string): Promise<Array<{ seq: number; type: string; tx: string }>> {
+  const r = await app.app.db.query<{ seq: number; type: string; tx: string }>(
+    'SELECT e.seq, e.type, e.xmin::text AS tx FROM session_events e JOIN sessions s ON s.key = e.session_key WHERE s.id = $1 ORDER BY e.seq',
+    [id],
+  )
+  return r.rows.map((x) => ({ seq: Number(x.seq), type: x.type, tx: x.tx }))
+}
+
+/** Groups consecutive events written by one transaction: the units as committed. */
+const units = (w: Array<{ type: string; tx: string }>) =>
+  w.reduce<Array<{ tx: string; types: string[] }>>((out, e) => {
+    const last = out.at(-1)
+    if (last && last.tx === e.tx) last.types.push(e.type)
+    else out.push({ tx: e.tx, types: [e.type] })
+    return out
+  }, []).map((u) => u.types.join(' + '))
+
+const toolTurn = (name: string) => [{ toolCalls: [{ id: 'call_1', name, arguments: {} }] }, { text: ['done'] }]
+
+describe.each(DB_KINDS)('fused units (%s)', (kind) => {
+  it('a one-tool turn: the last tool/result carries its step/end, the last step/end carries the turn/end', async () => {
+    t = await startTestApp({ kind, plugins: [tools] })
+    const s = await t.createSession({ tools: [{ name: 'ping', execution: { type: 'builtin' } }] })
+    t.models.script(s.id, ...toolTurn('ping'))
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+    await t.waitIdle(s.id)
+    const log = (await t.events(s.id)) as Ev[]
+    expectValidLog(log)
+    const u = units(await writes(t, s.id))
+    expect(u.slice(u.indexOf('turn/start + agent/inbox/spliced'))).toEqual([
+      'turn/start + agent/inbox/spliced',
+      'step/start',
+      // admission (SPEC §2.4): the first request of the session logs its prompt and header
+      'system/message + user/message + request/header + request/context',
+      'assistant/message',
+      'tool/call',
+      'tool/result + step/end',
+      'step/start',
+      'assistant/message',
+      'step/end + turn/end',
+    ])
+    const end = log.at(-1)!
+    expect(end).toMatchObject({ type: 'turn/end', data: { turn: 1, reason: { kind: 'completed' } } })
+    // the session is idle with the turn closed, and the next followup runs the next turn
+    const row = (await t.api('GET', `/v1/sessions/${s.id}`)).body
+    expect(row).toMatchObject({ status: 'idle', headSeq: end.seq })
+    t.models.script(s.id, { text: ['again'] })
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'more' })).status).toBe(202)
+    await t.waitIdle(s.id)
+    const all = (await t.events(s.id)) as Ev[]
+    expectValidLog(all)
+    expect(all.filter((e) => e.type === 'turn/end').map((e) => (e.data as any).turn)).toEqual([1, 2])
+  })
+
+  it('an agent/turn-stopping listener runs between the step/end and the turn/end, which stay apart', async () => {
+    const seen: string[][] = []
+    t = await startTestApp({ kind, plugins: [tools, stoppingListener(seen)] })
+    const s = await t.createSession({ tools: [{ name: 'ping', execution: { type: 'builtin' } }] })
+    t.models.script(s.id, ...toolTurn('ping'))
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+    await t.waitIdle(s.id)
+    expectValidLog((await t.events(s.id)) as Ev[])
+    const u = units(await writes(t, s.id))
+    expect(u.slice(-3)).toEqual(['assistant/message', 'step/end', 'turn/end'])
+    // the tool step still closes with its result: no listener runs between them
+    expect(u).toContain('tool/result + step/end')
+    expect(seen).toHaveLength(1)
+    expect(seen[0].at(-1)).toBe('step/end')
+  })
+
+  it("a tool's additional context keeps its result apart from the step/end, and the context reaches the next step", async () => {
+    t = await startTestApp({ kind, plugins: [tools] })
+    const s = await t.createSession({ tools: [{ name: 'ctx', execution: { type: 'builtin' } }] })
+    t.models.script(s.id, ...toolTurn('ctx'))
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+    await t.waitIdle(s.id)
+    const log = (await t.events(s.id)) as Ev[]
+    expectValidLog(log)
+    const u = units(await writes(t, s.id))
+    expect(u).toContain('tool/result + agent/inbox/spliced')
+    expect(u).not.toContain('tool/result + agent/inbox/spliced + step/end')
+    expect(u.at(-1)).toBe('step/end + turn/end')
+    const texts = log.filter((e) => e.type === 'user/message').map((e) => JSON.stringify(e.data))
+    expect(texts.some((x) => x.includes('a context'))).toBe(true)
+  })
+
+  it('steering that is pending when the step stops continues the turn: no turn/end rides with the step/end', async () => {
+    t = await startTestApp({ kind, plugins: [tools] })
+    const s = await t.createSession({ tools: [{ name: 'ping', execution: { type: 'builtin' } }] })
+    // the model waits for a release before answering: a steer arrives while the step is open
+    const g = gate()
+    t.models.script(s.id, { text: ['first answer'], gate: g.promise }, { text: ['steered answer'] })
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+    await t.waitFor(s.id, (e) => e.type === 'step/start')
+    expect((await t.api('POST', `/v1/sessions/${s.id}/steer`, { content: 'also this' })).status).toBe(202)
+    await t.waitFor(s.id, (e) => e.type === 'agent/inbox/spliced' && JSON.stringify(e.data).includes('also this'))
+    g.open()
+    await t.waitIdle(s.id)
+    const log = (await t.events(s.id)) as Ev[]
+    expectValidLog(log)
+    const u = units(await writes(t, s.id))
+    // step 1 stopped with the steer pending: its step/end alone, then step 2 takes the steer
+    expect(u.filter((x) => x.startsWith('step/end'))).toEqual(['step/end', 'step/end + turn/end'])
+    expect(log.filter((e) => e.type === 'turn/end')).toHaveLength(1)
+    expect(log.filter((e) => e.type === 'step/start')).toHaveLength(2)
+  })
+})
