@@ -88,7 +88,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
   await loadServerPlugins(root, config.plugins).catch((e) => Promise.reject(pluginConfigError(e)))
   for (const p of o.plugins ?? []) p(root)
 
-  const db = o.db ?? (await openDb({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }))
+  const db = o.db ?? (await openDb({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, prepare: config.pgPrepare }))
   const cleanup: Array<() => Promise<void> | void> = []
   try {
     await migrate(db)

@@ -9,6 +9,8 @@ export interface Config {
   port: number
   host: string
   databaseUrl?: string
+  /** AGENTD_PG_PREPARE: named prepared statements on PostgreSQL (off behind a pooler in transaction mode) */
+  pgPrepare: boolean
   dataDir: string
   role: Role
   adminToken?: string
@@ -75,6 +77,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const databaseUrl = env.DATABASE_URL || undefined
   if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) throw new ConfigError('DATABASE_URL must be a postgres:// or postgresql:// URL')
   if (role !== 'all' && !databaseUrl) throw new ConfigError(`AGENTD_ROLE=${role} needs DATABASE_URL: the embedded database belongs to a single process that runs both the API and the drivers`)
+  const pgPrepare = env.AGENTD_PG_PREPARE || 'on'
+  if (pgPrepare !== 'on' && pgPrepare !== 'off') throw new ConfigError(`AGENTD_PG_PREPARE must be on or off, got ${JSON.stringify(env.AGENTD_PG_PREPARE)}`)
   const compactionModel = env.AGENTD_COMPACTION_MODEL || undefined
   if (compactionModel && !compactionModel.includes('/')) throw new ConfigError('AGENTD_COMPACTION_MODEL must be provider/modelId')
   let secretKey: Buffer | undefined
@@ -88,6 +92,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     port: int(env, 'PORT', 8080, 0, 65535),
     host: env.HOST || '127.0.0.1',
     databaseUrl,
+    pgPrepare: pgPrepare === 'on',
     dataDir: path.resolve(env.AGENTD_DATA_DIR || './.agentd'),
     role,
     adminToken: env.AGENTD_ADMIN_TOKEN || undefined,

@@ -47,21 +47,75 @@ export function isConnectionError(e: unknown): boolean {
 // a token count or a lease token, all far below 2^53.
 pg.types.setTypeParser(20, (v) => Number(v))
 
+/**
+ * Named prepared statements for the statements the server repeats (the appends, the key check, the
+ * reads of a turn): PostgreSQL parses and plans each text once per connection instead of on every
+ * call, which halves the database's CPU per turn. A text gets a name the first time it is seen, up
+ * to MAX_NAMES texts per process; longer texts (large group commits), texts that select `*` (their
+ * result shape would change under a migration) and texts beyond the cap run unnamed, as before. A
+ * name whose statement PostgreSQL no longer has or can no longer use is given up, so the text is
+ * prepared afresh under a new name (a connection pooler in transaction mode: turn it off with
+ * AGENTD_PG_PREPARE=off).
+ */
+export class StatementNames {
+  static readonly MAX_NAMES = 200
+  static readonly MAX_TEXT = 4000
+  private readonly names = new Map<string, string>()
+  private next = 0
+
+  constructor(readonly enabled: boolean) {}
+
+  /** The query config for a text: named when it is worth preparing. */
+  config(text: string, values: unknown[] | undefined): pg.QueryConfig {
+    if (!this.enabled || !values || text.length > StatementNames.MAX_TEXT || /SELECT \*|RETURNING \*|\.\*/.test(text)) return { text, values }
+    let name = this.names.get(text)
+    if (name === undefined) {
+      if (this.next >= StatementNames.MAX_NAMES) return { text, values }
+      this.names.set(text, (name = `agentd_${this.next++}`))
+    }
+    return { text, values, name }
+  }
+
+  /** After a failure: a prepared statement that is gone (26000) or whose plan can no longer serve (0A000) loses its name. */
+  failed(text: string, e: unknown): void {
+    const code = (e as { code?: string })?.code
+    if (code === '26000' || code === '0A000') this.names.delete(text)
+  }
+
+  get size(): number {
+    return this.names.size
+  }
+}
+
 class PgDb implements Db {
   readonly kind = 'pg' as const
   readonly pool: pg.Pool
+  readonly statements: StatementNames
 
-  constructor(url: string, max: number) {
+  constructor(url: string, max: number, prepare: boolean) {
     this.pool = new pg.Pool({ connectionString: url, max, connectionTimeoutMillis: 10000, idleTimeoutMillis: 30000 })
+    this.statements = new StatementNames(prepare)
     // an idle client that loses its connection must not crash the process
     this.pool.on('error', () => {})
   }
 
+  /** A query on a checked-out client (a transaction, a dedicated connection), named like the pool's. */
+  private async on<R>(client: pg.PoolClient, sql: string, params?: unknown[]): Promise<QueryResult<R>> {
+    try {
+      const r = await client.query(this.statements.config(sql, params))
+      return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 }
+    } catch (e) {
+      this.statements.failed(sql, e)
+      throw e
+    }
+  }
+
   async query<T>(sql: string, params?: unknown[]): Promise<QueryResult<T>> {
     try {
-      const r = await this.pool.query(sql, params as unknown[])
+      const r = await this.pool.query(this.statements.config(sql, params))
       return { rows: r.rows as T[], rowCount: r.rowCount ?? 0 }
     } catch (e) {
+      this.statements.failed(sql, e)
       throw isConnectionError(e) ? new DbUnavailableError(e) : e
     }
   }
@@ -80,12 +134,7 @@ class PgDb implements Db {
       broken = true
     }
     client.on('error', lost)
-    const tx: Queryable = {
-      async query<R>(sql: string, params?: unknown[]) {
-        const r = await client.query(sql, params as unknown[])
-        return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 }
-      },
-    }
+    const tx: Queryable = { query: <R>(sql: string, params?: unknown[]) => this.on<R>(client, sql, params) }
     try {
       await client.query('BEGIN')
       const out = await fn(tx)
@@ -117,10 +166,7 @@ class PgDb implements Db {
     client.on('error', lost)
     try {
       return await fn({
-        async query<R>(sql: string, params?: unknown[]) {
-          const r = await client.query(sql, params as unknown[])
-          return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 }
-        },
+        query: <R>(sql: string, params?: unknown[]) => this.on<R>(client, sql, params),
         async exec(sql: string) {
           await client.query(sql)
         },
@@ -174,11 +220,13 @@ export interface OpenOptions {
   databaseUrl?: string
   dataDir: string
   poolSize?: number
+  /** named prepared statements on PostgreSQL (AGENTD_PG_PREPARE, default on) */
+  prepare?: boolean
 }
 
 /** Opens PostgreSQL when a URL is given, else the embedded PGlite database under dataDir/pgdata. */
 export async function openDb(o: OpenOptions): Promise<Db> {
-  if (o.databaseUrl) return new PgDb(o.databaseUrl, o.poolSize ?? 20)
+  if (o.databaseUrl) return new PgDb(o.databaseUrl, o.poolSize ?? 20, o.prepare ?? true)
   return openPglite(`${o.dataDir}/pgdata`)
 }
 
@@ -188,6 +236,6 @@ export async function openPglite(dir: string | undefined): Promise<Db> {
   return new PgliteDb(pglite)
 }
 
-export function openPg(url: string, poolSize = 20): Db {
-  return new PgDb(url, poolSize)
+export function openPg(url: string, poolSize = 20, prepare = true): Db {
+  return new PgDb(url, poolSize, prepare)
 }
