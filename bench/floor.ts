@@ -1,12 +1,14 @@
 // The floor: what the database alone costs for the same durable writes. A turn's events are grouped
-// into the units agentd commits (delivery splice; turn/start + claim; step/start; admission;
-// assistant/message; tool/call; tool/result; step/end; turn/end), and each unit is written directly
-// with pg / PGlite, with the same event bodies (seq and time rewritten), into a session of its own.
+// into the units agentd committed them in (read from the transaction ids of its log: delivery splice;
+// turn/start + claim; step/start; admission; assistant/message; tool/call; tool/result + step/end;
+// …; step/end + turn/end), and each unit is written directly with pg / PGlite, with the same event
+// bodies (seq and time rewritten), into a session of its own.
 // Two shapes:
 //   'one'    (the honest floor) ONE round trip per unit: a single statement that moves the session
 //            row only if it is still at the expected seq and inserts the rows if it moved
 //            (WITH moved AS (UPDATE … RETURNING) INSERT … WHERE EXISTS (moved)), the shape of
-//            agentd's best single-statement append (store/events.ts appendConditional);
+//            agentd's best single-statement append (store/events.ts appendConditional), prepared
+//            once per connection on PostgreSQL as agentd's statements are;
 //   'replay' (the replay reference) one transaction of four round trips per unit:
 //            BEGIN; SELECT … FOR UPDATE; INSERT the rows; UPDATE next_seq; COMMIT.
 
@@ -24,8 +26,22 @@ export type Unit = FloorEvent[]
 
 const ADMISSION = new Set(['system/message', 'user/message', 'request/header', 'request/context'])
 
-/** Groups a turn's events (as GET /events returns them) into agentd's commit units. */
-export function unitsOf(events: Array<{ type: string; data: any }>, bodies: string[]): Unit[] {
+/**
+ * Groups a turn's events (as GET /events returns them) into agentd's commit units. With `txs` (the
+ * transaction that wrote each event, writtenBy), exactly as agentd committed them: consecutive events
+ * of one transaction are one unit (two units of one session never share a statement). Without, by
+ * the types of the units agentd always writes apart.
+ */
+export function unitsOf(events: Array<{ type: string; data: any }>, bodies: string[], txs?: string[]): Unit[] {
+  if (txs) {
+    const out: Unit[] = []
+    events.forEach((e, i) => {
+      const fe = { type: e.type, body: bodies[i] }
+      if (i > 0 && txs[i] === txs[i - 1]) out[out.length - 1].push(fe)
+      else out.push([fe])
+    })
+    return out
+  }
   const units: Unit[] = []
   let prev: string | undefined
   for (let i = 0; i < events.length; i++) {
@@ -47,6 +63,18 @@ const PREFIX = /^\{"seq":-?\d+,"time":\d+,/
 
 export function rebody(body: string, seq: number, time: number): string {
   return body.replace(PREFIX, `{"seq":${seq},"time":${time},`)
+}
+
+/** The transaction (xmin) that wrote each of the session's events with these seqs, in their order. */
+export async function writtenBy(raw: RawDb, sessionId: string, seqs: number[]): Promise<string[]> {
+  const sql = 'SELECT e.seq, e.xmin::text AS tx FROM session_events e JOIN sessions s ON s.key = e.session_key WHERE s.id = $1 AND e.seq = ANY($2::int[])'
+  const { rows } = raw.kind === 'pg' ? await raw.pool.query(sql, [sessionId, seqs]) : await raw.pglite.query<any>(sql, [sessionId, seqs])
+  const by = new Map(rows.map((r: { seq: number; tx: string }) => [Number(r.seq), r.tx]))
+  return seqs.map((q) => {
+    const tx = by.get(q)
+    if (tx === undefined) throw new Error(`writtenBy: no event ${q} in session ${sessionId}`)
+    return tx
+  })
 }
 
 /** Inserts a bare session row for the floor (same table, same tenant), returns its key. */
@@ -112,7 +140,9 @@ export class FloorWriter {
     const next = this.pos.next
     const time = Math.max(Date.now(), this.pos.time)
     const bodies = unit.map((e, i) => rebody(e.body, next + i, time))
-    const { rows } = await q(ONE_SQL, [this.key, next, next + unit.length, time, unit.map((_, i) => next + i), unit.map(() => time), unit.map((e) => e.type), bodies])
+    const values = [this.key, next, next + unit.length, time, unit.map((_, i) => next + i), unit.map(() => time), unit.map((e) => e.type), bodies]
+    // a named prepared statement, as agentd's appends are (store/db.ts, AGENTD_PG_PREPARE=on)
+    const { rows } = this.raw.kind === 'pg' ? await this.raw.pool.query({ text: ONE_SQL, values, name: 'floor_one' }) : await this.raw.pglite.query<any>(ONE_SQL, values)
     if (Number(rows[0]?.n) !== unit.length) throw new Error(`floor: one-statement append wrote ${rows[0]?.n} of ${unit.length} rows`)
     this.pos = { next: next + unit.length, time }
     return bodies

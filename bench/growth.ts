@@ -10,7 +10,7 @@
 import crypto from 'node:crypto'
 import { SessionState, type SessionEvent } from '../src/session/index.js'
 import type { ClientProc } from './clientproc.js'
-import { bulkInsert, FloorWriter, floorSession, unitsOf } from './floor.js'
+import { bulkInsert, FloorWriter, floorSession, unitsOf, writtenBy } from './floor.js'
 import { createSession, dist, getEvents, now, startBenchApp, type BenchApp, type Kind, type RawDb } from './lib.js'
 import { ms, times, yes, type Row } from './report.js'
 import { BLOCK, headSeq } from './turn.js'
@@ -97,8 +97,8 @@ export async function benchGrowth(kind: Kind, o: GrowthOptions, cp: ClientProc):
     const turns = turnsOf(await getEvents(b.url, b.key, w.id))
     const first = turns[0]
     const steady = turns[1]
-    const units = unitsOf(steady, steady.map((e) => JSON.stringify(e)))
     const raw = b.bdb.raw()
+    const units = unitsOf(steady, steady.map((e) => JSON.stringify(e)), await writtenBy(raw, w.id, steady.map((e: { seq: number }) => e.seq)))
     {
       const fw = new FloorWriter(raw, await floorSession(raw, b.tenantId))
       for (let i = 0; i < o.warmup; i++) await fw.turn(units)

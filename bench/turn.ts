@@ -4,7 +4,7 @@
 // in ONE round trip (the honest floor); the 4-statement-transaction replay is a second, labelled reference.
 
 import type { ClientProc } from './clientproc.js'
-import { FloorWriter, floorSession, shape, unitsOf, type Unit } from './floor.js'
+import { FloorWriter, floorSession, shape, unitsOf, writtenBy, type Unit } from './floor.js'
 import { createSession, dist, getEvents, now, request, snapshot, sqlMix, startBenchApp, type BenchApp, type Dist, type Kind } from './lib.js'
 import { ms, times, yes, type Row } from './report.js'
 
@@ -27,7 +27,8 @@ export function lastTurn(events: any[]): any[] {
 /** The commit units of the session's last turn, with their stored bodies. */
 export async function turnUnits(b: BenchApp, sessionId: string): Promise<{ units: Unit[]; events: any[] }> {
   const events = lastTurn(await getEvents(b.url, b.key, sessionId))
-  return { units: unitsOf(events, events.map((e) => JSON.stringify(e))), events }
+  const txs = await writtenBy(b.bdb.raw(), sessionId, events.map((e) => e.seq))
+  return { units: unitsOf(events, events.map((e) => JSON.stringify(e)), txs), events }
 }
 
 export async function headSeq(b: BenchApp, id: string): Promise<number> {
