@@ -150,8 +150,6 @@ export interface TurnContext {
   readonly continues?: number
   /** the open step, 0 before the first */
   step: number
-  /** whether a unit already wrote the open step's step/end (its last tool/result's unit may, tool-effects.ts) */
-  stepClosed: boolean
   readonly abort: Abort
   readonly signal: AbortSignal
   readonly log: UnitLog
@@ -160,7 +158,7 @@ export interface TurnContext {
 }
 
 export function turnContext(loop: Loop, abort: Abort, turn: number, continues?: number): TurnContext {
-  return { loop, turn, ...(continues !== undefined ? { continues } : {}), step: 0, stepClosed: false, abort, signal: abort.signal, log: loop.log, hooks: loop.hooks, notify: loop.notify }
+  return { loop, turn, ...(continues !== undefined ? { continues } : {}), step: 0, abort, signal: abort.signal, log: loop.log, hooks: loop.hooks, notify: loop.notify }
 }
 
 /** A closer that failed to commit: this process can no longer append (SPEC §5.7). */

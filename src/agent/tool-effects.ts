@@ -82,7 +82,6 @@ function toolEffects(tc: TurnContext): ToolEffects {
         if (pending.hasRow(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
         if (closesStep) u.add({ type: 'step/end', data: { turn, step } })
       })
-      if (closesStep) tc.stepClosed = true
       pending.closed(p.callId)
       for (const message of contexts) tc.notify('agent/inbox/inserted', { message })
       metrics?.toolCalls.inc({ code: outcome.error?.code ?? (outcome.isError ? 'error' : 'ok') })

@@ -195,13 +195,13 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
       tc.abort.check()
       await tc.log.commit((u) => void u.add({ type: 'step/start', data: { turn, step: proposed } }))
       tc.step = proposed
-      tc.stepClosed = false
       metrics?.steps.inc()
       let result: StepResult | undefined
       try {
         result = await runStep(tc, p)
       } finally {
-        if (!tc.stepClosed) ended = await closeStep(tc, result, sawMaxTokens)
+        // the folded state knows whether a unit closed the step already (the last tool/result's may)
+        if (loop.state.openStep !== null) ended = await closeStep(tc, result, sawMaxTokens)
       }
       if (ended) {
         reason = ended.reason
@@ -265,7 +265,6 @@ async function closeStep(tc: TurnContext, result: StepResult | undefined, sawMax
       return { patch: end.patch, value: { reason, after: end.value } }
     }),
   )
-  tc.stepClosed = true
   return r.value
 }
 

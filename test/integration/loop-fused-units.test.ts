@@ -69,16 +69,21 @@ const units = (w: Array<{ type: string; tx: string }>) =>
 
 const toolTurn = (name: string) => [{ toolCalls: [{ id: 'call_1', name, arguments: {} }] }, { text: ['done'] }]
 
+/** A session with the builtin `tool`, one followup that calls it once; its valid log and its units once idle. */
+async function runToolTurn(kind: (typeof DB_KINDS)[number], tool: string, plugins: Array<(root: Context, db: any) => void> = []) {
+  t = await startTestApp({ kind, plugins: [tools, ...plugins] })
+  const s = await t.createSession({ tools: [{ name: tool, execution: { type: 'builtin' } }] })
+  t.models.script(s.id, ...toolTurn(tool))
+  expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+  await t.waitIdle(s.id)
+  const log = (await t.events(s.id)) as Ev[]
+  expectValidLog(log)
+  return { s, log, u: units(await writes(t, s.id)) }
+}
+
 describe.each(DB_KINDS)('fused units (%s)', (kind) => {
   it('a one-tool turn: the last tool/result carries its step/end, the last step/end carries the turn/end', async () => {
-    t = await startTestApp({ kind, plugins: [tools] })
-    const s = await t.createSession({ tools: [{ name: 'ping', execution: { type: 'builtin' } }] })
-    t.models.script(s.id, ...toolTurn('ping'))
-    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
-    await t.waitIdle(s.id)
-    const log = (await t.events(s.id)) as Ev[]
-    expectValidLog(log)
-    const u = units(await writes(t, s.id))
+    const { s, log, u } = await runToolTurn(kind, 'ping')
     expect(u.slice(u.indexOf('turn/start + agent/inbox/spliced'))).toEqual([
       'turn/start + agent/inbox/spliced',
       'step/start',
@@ -94,25 +99,19 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
     const end = log.at(-1)!
     expect(end).toMatchObject({ type: 'turn/end', data: { turn: 1, reason: { kind: 'completed' } } })
     // the session is idle with the turn closed, and the next followup runs the next turn
-    const row = (await t.api('GET', `/v1/sessions/${s.id}`)).body
+    const row = (await t!.api('GET', `/v1/sessions/${s.id}`)).body
     expect(row).toMatchObject({ status: 'idle', headSeq: end.seq })
-    t.models.script(s.id, { text: ['again'] })
-    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'more' })).status).toBe(202)
-    await t.waitIdle(s.id)
-    const all = (await t.events(s.id)) as Ev[]
+    t!.models.script(s.id, { text: ['again'] })
+    expect((await t!.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'more' })).status).toBe(202)
+    await t!.waitIdle(s.id)
+    const all = (await t!.events(s.id)) as Ev[]
     expectValidLog(all)
     expect(all.filter((e) => e.type === 'turn/end').map((e) => (e.data as any).turn)).toEqual([1, 2])
   })
 
   it('an agent/turn-stopping listener runs between the step/end and the turn/end, which stay apart', async () => {
     const seen: string[][] = []
-    t = await startTestApp({ kind, plugins: [tools, stoppingListener(seen)] })
-    const s = await t.createSession({ tools: [{ name: 'ping', execution: { type: 'builtin' } }] })
-    t.models.script(s.id, ...toolTurn('ping'))
-    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
-    await t.waitIdle(s.id)
-    expectValidLog((await t.events(s.id)) as Ev[])
-    const u = units(await writes(t, s.id))
+    const { u } = await runToolTurn(kind, 'ping', [stoppingListener(seen)])
     expect(u.slice(-3)).toEqual(['assistant/message', 'step/end', 'turn/end'])
     // the tool step still closes with its result: no listener runs between them
     expect(u).toContain('tool/result + step/end')
@@ -121,14 +120,7 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
   })
 
   it("a tool's additional context keeps its result apart from the step/end, and the context reaches the next step", async () => {
-    t = await startTestApp({ kind, plugins: [tools] })
-    const s = await t.createSession({ tools: [{ name: 'ctx', execution: { type: 'builtin' } }] })
-    t.models.script(s.id, ...toolTurn('ctx'))
-    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
-    await t.waitIdle(s.id)
-    const log = (await t.events(s.id)) as Ev[]
-    expectValidLog(log)
-    const u = units(await writes(t, s.id))
+    const { log, u } = await runToolTurn(kind, 'ctx')
     expect(u).toContain('tool/result + agent/inbox/spliced')
     expect(u).not.toContain('tool/result + agent/inbox/spliced + step/end')
     expect(u.at(-1)).toBe('step/end + turn/end')
