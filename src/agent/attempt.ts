@@ -9,13 +9,16 @@ import { LlmError, type LlmRequest, type PreparedCall, type RetryPolicy } from '
 import { planAdmission, proposeConfig, type Proposal } from './admission.js'
 import { FatalAppend, type TurnContext } from './context.js'
 import { AbortedError, TurnLlmError } from './errors.js'
-import { LeaseLostError } from './log.js'
+import { LeaseLostError, type UnitBuilder } from './log.js'
+import { addFirstCall, callCommitted, type AppendedCall } from './tool-effects.js'
 
 /** Process-local marker of loop requests (SPEC §7.6). */
 export const LOOP_REQUEST = Symbol.for('agentd.loopRequest')
 
 /** How an attempt ended: a settled message, or a terminal failure for agent/request-error (§10.1). */
-export type AttemptOutcome = { kind: 'message'; message: AssistantMessage; finish: string } | { kind: 'failed'; failure: LlmFailure; provider: string; retryPolicy?: RetryPolicy }
+export type AttemptOutcome =
+  | { kind: 'message'; message: AssistantMessage; finish: string; /** its first call's tool/call, written with it */ appended?: AppendedCall }
+  | { kind: 'failed'; failure: LlmFailure; provider: string; retryPolicy?: RetryPolicy }
 
 export async function runAttempt(tc: TurnContext, proposal: Proposal, attempt: number): Promise<AttemptOutcome> {
   const { loop } = tc
@@ -35,9 +38,11 @@ export async function runAttempt(tc: TurnContext, proposal: Proposal, attempt: n
   // A3: synchronous admission, ONE unit (SPEC §2.4); planned again if the unit is rebuilt on the locked path
   const used = prepared?.config ?? config
   await tc.log.commit((u) => {
+    if (tc.unwrittenStart) u.add({ type: 'step/start', data: tc.unwrittenStart })
     for (const d of planAdmission({ state: loop.state, proposal, attempt, turn: tc.turn, step: tc.step, config: used, prepared, series: loop.series })) u.add(d)
   })
   // instance state moves only once the unit committed
+  tc.unwrittenStart = undefined
   loop.series.headerLogged = true
   loop.series.capturedGeneration = loop.state.replaceGeneration
   tc.abort.check()
@@ -51,7 +56,7 @@ export async function runAttempt(tc: TurnContext, proposal: Proposal, attempt: n
   // the frozen request, derived from the log (SPEC §8.9)
   const header = loop.state.latestHeader!.header
   const request = Object.freeze({ ...header.config, messages: Object.freeze(loop.state.deriveMessages()), ...(header.tools ? { tools: header.tools } : {}), sessionId: loop.id, signal: tc.signal, [LOOP_REQUEST]: true }) as unknown as LlmRequest
-  return dispatch(tc, request, prepared, used)
+  return dispatch(tc, request, prepared, used, proposal)
 }
 
 /** The adapter's stream with its throws turned into a finish error chunk (SPEC §18.1). */
@@ -142,7 +147,7 @@ async function consume(source: AsyncIterable<StreamChunk>, signal: AbortSignal, 
 }
 
 /** A4: dispatch, stream and settle; the table of SPEC §9.3, row by row. */
-async function dispatch(tc: TurnContext, request: LlmRequest, prepared: PreparedCall | undefined, config: LlmCallConfig): Promise<AttemptOutcome> {
+async function dispatch(tc: TurnContext, request: LlmRequest, prepared: PreparedCall | undefined, config: LlmCallConfig, proposal: Proposal): Promise<AttemptOutcome> {
   const { turn, step, signal } = tc
   const attemptId = `${tc.loop.id}:${tc.loop.state.nextSeq}`
   // a throw from an llm/stream listener: no frames at all, a turn error
@@ -152,15 +157,27 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
   const assembled = assembleBlocks(live.chunks)
   const success = finished && (assembled.finish?.kind === 'stop' || assembled.finish?.kind === 'tool-calls' || assembled.finish?.kind === 'max-tokens')
   const { provider, model } = config
-  const settle = async (type: 'assistant/message' | 'assistant/attempt', data: Record<string, unknown>) => {
+  const settle = async (type: 'assistant/message' | 'assistant/attempt', data: Record<string, unknown>, more?: (u: UnitBuilder) => void) => {
+    // the end frame follows the settlement's publication and precedes what rode in its unit
+    let ended = false
     try {
       const draft: Draft = type === 'assistant/message' ? { type, data: data as Json, surfaceOp: 'append' } : { type, data: data as Json }
-      const r = await tc.log.commit<number>((u) => ({ value: u.add(draft).seq }))
+      const end = (seq: number) => {
+        ended = true
+        live.end({ kind: 'committed', eventType: type, seq })
+      }
+      await tc.log.commit<number>(
+        (u) => {
+          const seq = u.add(draft).seq
+          more?.(u)
+          return { value: seq }
+        },
+        { afterFirst: end },
+      )
       tc.loop.services.metrics?.attempts.inc({ outcome: type === 'assistant/message' ? 'message' : 'attempt' })
       tc.loop.services.metrics?.attemptSettled({ provider, outcome: success ? 'ok' : signal.aborted ? 'aborted' : 'error' }, live.started, live.firstToken)
-      live.end({ kind: 'committed', eventType: type, seq: r.value })
     } catch (e) {
-      live.end({ kind: 'abandoned' })
+      if (!ended) live.end({ kind: 'abandoned' })
       if (e instanceof LeaseLostError) throw new FatalAppend(e)
       if (iterError || (!success && !signal.aborted)) throw new AggregateError([iterError ?? new Error(failureOf(assembled.finish)?.message ?? 'stream failed'), e], 'the stream failed and its settlement was rejected', { cause: iterError })
       throw e
@@ -186,8 +203,10 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
     return { kind: 'failed', failure, provider, retryPolicy: prepared?.retryPolicy }
   }
   const message = assistant(assembled.content, provider, model, assembled.replayState)
-  await settle('assistant/message', { turn, step, message, stream, ...usage })
-  return { kind: 'message', message, finish: assembled.finish!.kind }
+  let appended: AppendedCall | undefined
+  await settle('assistant/message', { turn, step, message, stream, ...usage }, (u) => void (appended = addFirstCall(tc, u, message, proposal.mcpTools)))
+  if (appended) callCommitted(tc, appended)
+  return { kind: 'message', message, finish: assembled.finish!.kind, ...(appended ? { appended } : {}) }
 }
 
 function assistant(content: ContentBlock[], provider: string, model: string, replayState: Json | undefined): AssistantMessage {

@@ -64,7 +64,7 @@ export interface Series {
 export interface UnitLog {
   commit<T = void>(
     build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void,
-    opts?: { beforePublish?: (value: T, events: StoredEvent[]) => void },
+    opts?: { beforePublish?: (value: T, events: StoredEvent[]) => void; afterFirst?: (value: T, events: StoredEvent[]) => void },
   ): Promise<CommitResult<T>>
 }
 
@@ -150,6 +150,12 @@ export interface TurnContext {
   readonly continues?: number
   /** the open step, 0 before the first */
   step: number
+  /**
+   * The open step's step/start while it is not written yet: with no agent/request listener nothing
+   * foreign runs between it and the step's first admission, so it rides in that unit (attempt.ts), or
+   * with the step/end of a step that failed before admission (turn.ts closeStep).
+   */
+  unwrittenStart?: { turn: number; step: number }
   readonly abort: Abort
   readonly signal: AbortSignal
   readonly log: UnitLog

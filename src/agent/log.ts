@@ -139,7 +139,12 @@ export class SessionLog {
    */
   async commit<T = void>(
     build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void,
-    opts: { publish?: boolean; beforePublish?: (value: T, events: StoredEvent[]) => void } = {},
+    opts: {
+      publish?: boolean
+      beforePublish?: (value: T, events: StoredEvent[]) => void
+      /** runs once the unit's first event is published, before the rest are (a settlement's end frame precedes the tool/call of its unit, SPEC §9.2) */
+      afterFirst?: (value: T, events: StoredEvent[]) => void
+    } = {},
   ): Promise<CommitResult<T>> {
     if (this.d.publisher.isPublishing(this.key)) throw new LogError('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     return this.d.mutex.run(this.key, async () => {
@@ -149,7 +154,15 @@ export class SessionLog {
       this.row = result.row
       this.d.onAppend?.(result.events.length)
       opts.beforePublish?.(result.value, result.events)
-      if (opts.publish !== false) this.d.publisher.committed({ key: this.key, id: this.id, tenantId: this.tenantId }, result.events)
+      if (opts.publish !== false) {
+        const ref = { key: this.key, id: this.id, tenantId: this.tenantId }
+        if (!opts.afterFirst) this.d.publisher.committed(ref, result.events)
+        else {
+          this.d.publisher.committed(ref, result.events.slice(0, 1))
+          opts.afterFirst(result.value, result.events)
+          this.d.publisher.committed(ref, result.events.slice(1))
+        }
+      }
       return result
     })
   }

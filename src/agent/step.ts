@@ -117,7 +117,7 @@ export async function runStep(tc: TurnContext, proposal: Proposal): Promise<Step
     if (r.kind === 'message') {
       const calls = r.message.content.filter((b): b is ToolCallBlock => b.type === 'tool-call')
       if (!calls.length) return r.finish === 'max-tokens' ? 'max-tokens' : 'completed'
-      const { concludes } = await runTools(tc, calls, proposal.mcpTools ?? [])
+      const { concludes } = await runTools(tc, calls, proposal.mcpTools ?? [], r.appended)
       return concludes ? 'completed' : 'continue'
     }
     // SPEC §10.1 / §18.3: cancellation beats recovery

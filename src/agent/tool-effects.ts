@@ -3,14 +3,52 @@
 // tool/result with its contexts queued in next-step, and the closing of calls never started. The
 // pipeline that decides them is tools/pipeline.ts.
 
-import { planSplice, type Json, type ToolCallBlock } from '../session/index.js'
-import { runToolCalls, toolResultDraft, type ToolEffects, type ToolEnv, type ToolSpec } from '../tools/index.js'
+import { planSplice, type AssistantMessage, type Json, type ToolCallBlock } from '../session/index.js'
+import { callKind, planToolCalls, runToolCalls, toolResultDraft, type CallKind, type ToolEffects, type ToolEnv, type ToolSpec } from '../tools/index.js'
 import type { SideRow } from '../store/index.js'
 import type { TurnContext } from './context.js'
+import type { UnitBuilder } from './log.js'
+
+/** A call whose tool/call was written with its message's settlement (addFirstCall). */
+export interface AppendedCall {
+  callId: string
+  seq: number
+  kind: CallKind
+}
 
 /** Runs a settled message's tool calls in the open step; reports whether a result concludes the turn. */
-export function runTools(tc: TurnContext, calls: ToolCallBlock[], mcpTools: readonly ToolSpec[] = []): Promise<{ concludes: boolean }> {
-  return runToolCalls(calls, toolEnv(tc, mcpTools), toolEffects(tc))
+export function runTools(tc: TurnContext, calls: ToolCallBlock[], mcpTools: readonly ToolSpec[] = [], appended?: AppendedCall): Promise<{ concludes: boolean }> {
+  return runToolCalls(calls, toolEnv(tc, mcpTools), toolEffects(tc, appended))
+}
+
+/**
+ * SPEC §11.5 step 1 of a settled message's first call, in the settlement's own unit: the scheduler
+ * starts the first call at once, with nothing foreign between the settlement and its tool/call, so
+ * both commit together (one round trip fewer per tool step). Call afterCommit once the unit committed.
+ */
+export function addFirstCall(tc: TurnContext, u: UnitBuilder, message: AssistantMessage, mcpTools: readonly ToolSpec[] = []): AppendedCall | undefined {
+  const block = message.content.find((b): b is ToolCallBlock => b.type === 'tool-call')
+  if (!block) return undefined
+  const [plan] = planToolCalls([block])
+  const kind = callKind(toolEnv(tc, mcpTools), plan)
+  return { callId: plan.callId, seq: addCall(tc, u, plan, kind), kind }
+}
+
+/** What follows a committed tool/call: its pending row is open. */
+export function callCommitted(tc: TurnContext, c: AppendedCall): void {
+  if (c.kind.client || c.kind.approval) tc.loop.pending.opened(c.callId)
+}
+
+/** A call's tool/call and the pending row callKind gives it (SPEC §18.10), added to a unit; its seq. */
+function addCall(tc: TurnContext, u: UnitBuilder, p: { callId: string; name: string; rawArguments: string }, kind: CallKind): number {
+  const { turn, step } = tc
+  const e = u.add({ type: 'tool/call', data: { turn, step, callId: p.callId, name: p.name, arguments: p.rawArguments } })
+  const pendingKind = kind.client ? 'client' : kind.approval ? 'approval' : undefined
+  if (pendingKind) {
+    u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: pendingKind, name: p.name, arguments: p.rawArguments } })
+    u.side(requiresAction(turn, e, p, pendingKind))
+  }
+  return e.seq
 }
 
 /** The step's tools: the session's ToolSpecs, then the MCP tools listed for this step (API.md §12). */
@@ -39,27 +77,23 @@ function requiresAction(turn: number, at: { seq: number; time: number }, p: { ca
   return { kind: 'webhook', event: { type: 'session.requires_action', turn, seq: at.seq, time: at.time, extra: { pending: [{ callId: p.callId, name: p.name, kind }] } } }
 }
 
-function toolEffects(tc: TurnContext): ToolEffects {
+function toolEffects(tc: TurnContext, appended: AppendedCall | undefined): ToolEffects {
   const { loop, turn, step } = tc
   const at = { turn, step }
   const pending = loop.pending
   const metrics = loop.services.metrics
-  const callDraft = (p: { callId: string; name: string; rawArguments: string }) => ({ type: 'tool/call', data: { turn, step, callId: p.callId, name: p.name, arguments: p.rawArguments } })
+  const written = (p: { callId: string }) => (appended?.callId === p.callId ? appended.seq : undefined)
   return {
-    async appendCall(p, { client }) {
-      const r = await tc.log.commit<number>((u) => {
-        const e = u.add(callDraft(p))
-        // SPEC §18.10: a client call waits on a pending row written with its tool/call
-        if (client) {
-          u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'client', name: p.name, arguments: p.rawArguments } })
-          u.side(requiresAction(turn, e, p, 'client'))
-        }
-        return { value: e.seq }
-      })
-      if (client) pending.opened(p.callId)
+    async appendCall(p, kind) {
+      const seq = written(p)
+      if (seq !== undefined) return seq
+      const r = await tc.log.commit<number>((u) => ({ value: addCall(tc, u, p, kind) }))
+      callCommitted(tc, { callId: p.callId, seq: r.value, kind })
       return r.value
     },
     async openApproval(p, callSeq) {
+      // it rode with the tool/call (callKind)
+      if (pending.hasRow(p.callId)) return
       await tc.log.commit((u) => {
         u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments } })
         u.side(requiresAction(turn, { seq: callSeq, time: Date.now() }, p, 'approval'))
@@ -87,10 +121,13 @@ function toolEffects(tc: TurnContext): ToolEffects {
       metrics?.toolCalls.inc({ code: outcome.error?.code ?? (outcome.isError ? 'error' : 'ok') })
     },
     async abortUnstarted(p, outcome) {
+      const seq = written(p)
       await tc.log.commit((u) => {
-        const c = u.add(callDraft(p))
-        u.add(toolResultDraft(at, p.callId, c.seq, outcome))
+        const callSeq = seq ?? addCall(tc, u, p, { client: false, approval: false })
+        u.add(toolResultDraft(at, p.callId, callSeq, outcome))
+        if (pending.hasRow(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
       })
+      pending.closed(p.callId)
       metrics?.toolCalls.inc({ code: 'TOOL_ABORTED_BEFORE_DISPATCH' })
     },
   }

@@ -193,7 +193,10 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
       }
       if (p.decision.messages.length === 0 && stopped) break // post-stop input rewritten away
       tc.abort.check()
-      await tc.log.commit((u) => void u.add({ type: 'step/start', data: { turn, step: proposed } }))
+      // SPEC §7.5: agent/request runs after step/start; without a listener nobody sees the gap, and
+      // the step/start joins the admission unit (one round trip fewer per step)
+      if (tc.hooks.count('agent/request') === 0) tc.unwrittenStart = { turn, step: proposed }
+      else await tc.log.commit((u) => void u.add({ type: 'step/start', data: { turn, step: proposed } }))
       tc.step = proposed
       metrics?.steps.inc()
       let result: StepResult | undefined
@@ -201,7 +204,7 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
         result = await runStep(tc, p)
       } finally {
         // the folded state knows whether a unit closed the step already (the last tool/result's may)
-        if (loop.state.openStep !== null) ended = await closeStep(tc, result, sawMaxTokens)
+        if (loop.state.openStep !== null || tc.unwrittenStart) ended = await closeStep(tc, result, sawMaxTokens)
       }
       if (ended) {
         reason = ended.reason
@@ -256,6 +259,8 @@ async function closeStep(tc: TurnContext, result: StepResult | undefined, sawMax
   const { loop, turn } = tc
   const r = await closer(() =>
     tc.log.commit<{ reason: TurnEndReason; after: AfterTurn } | undefined>((u) => {
+      // a step that failed before its admission: its step/start first (SPEC §6.5: boundaries pair)
+      if (tc.unwrittenStart) u.add({ type: 'step/start', data: tc.unwrittenStart })
       u.add({ type: 'step/end', data: { turn, step: tc.step } })
       const endsTurn = result !== undefined && result !== 'continue' && !tc.signal.aborted && loop.state.inbox.nextStep.length === 0 && tc.hooks.count('agent/turn-stopping') === 0
       if (!endsTurn) return {}
@@ -265,6 +270,7 @@ async function closeStep(tc: TurnContext, result: StepResult | undefined, sawMax
       return { patch: end.patch, value: { reason, after: end.value } }
     }),
   )
+  tc.unwrittenStart = undefined
   return r.value
 }
 

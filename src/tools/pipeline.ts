@@ -42,7 +42,11 @@ export interface ToolEnv {
   readonly signal: AbortSignal
   readonly specs: readonly ToolSpec[]
   readonly registry: { get(name: string): RegisteredTool | undefined }
-  readonly hooks: { runWaterfall<T>(name: string, payload: unknown, innermost: (payload: any) => T | Promise<T>, opts?: { bind?: (payload: any, plugin: string) => any }): Promise<T> }
+  readonly hooks: {
+    runWaterfall<T>(name: string, payload: unknown, innermost: (payload: any) => T | Promise<T>, opts?: { bind?: (payload: any, plugin: string) => any }): Promise<T>
+    /** listeners of a hook; without it, every hook may have some */
+    count?(name: string): number
+  }
   /** the Agent handle payloads carry; a builtin's body gets its own plugin's */
   handle(plugin?: string): unknown
   /** rebinds `agent` in a payload to the listening plugin's handle */
@@ -69,9 +73,9 @@ export interface FinishedCall {
 
 /** What only the driver does: the durable writes of a call and the waits on pending rows. */
 export interface ToolEffects {
-  /** SPEC §11.5 step 1: append tool/call; a client call's pending row rides with it (§18.10) */
-  appendCall(plan: ToolCallPlan, opts: { client: boolean }): Promise<number>
-  /** an `ask`: write the approval's pending row (its tool/call is at `callSeq`) */
+  /** SPEC §11.5 step 1: append tool/call; a pending row rides with it as callKind says (§18.10) */
+  appendCall(plan: ToolCallPlan, opts: CallKind): Promise<number>
+  /** an `ask`: write the approval's pending row (its tool/call is at `callSeq`), unless it rode with the tool/call */
   openApproval(plan: ToolCallPlan, callSeq: number): Promise<void>
   /** the answer to a pending call, or undefined once the turn is cancelled */
   waitAnswer(callId: string, kind: 'client' | 'approval'): Promise<unknown>
@@ -99,7 +103,7 @@ export async function runToolCalls(calls: readonly ToolCallBlock[], env: ToolEnv
     signal: env.signal,
     maxParallel: () => env.maxParallel(),
     isParallel: (p) => isParallel(env, p),
-    appendCall: (p) => fx.appendCall(p, { client: specOf(env, p.name)?.execution.type === 'client' }),
+    appendCall: (p) => fx.appendCall(p, callKind(env, p)),
     prepare: (p, callSeq) => prepareCall(env, fx, p, callSeq),
     execute: (p) => timed(env, p, () => executeCall(env, fx, p)),
     notRun: (_p, decision) => notRun(decision),
@@ -113,6 +117,24 @@ export async function runToolCalls(calls: readonly ToolCallBlock[], env: ToolEnv
 }
 
 const specOf = (env: { specs: readonly ToolSpec[] }, name: string) => env.specs.find((t) => t.name === name)
+
+/** Which pending row a call's tool/call carries (SPEC §18.10). */
+export interface CallKind {
+  /** a client call waits on its row from the tool/call on */
+  client: boolean
+  /**
+   * an approval whose `ask` is certain before tools/pre-execute runs (approval 'always' and no
+   * listener that could decide otherwise): its row rides with the tool/call, so the call is pending
+   * as soon as it is visible
+   */
+  approval: boolean
+}
+
+export function callKind(env: Pick<ToolEnv, 'specs' | 'hooks'>, p: { name: string }): CallKind {
+  const spec = specOf(env, p.name)
+  const client = spec?.execution.type === 'client'
+  return { client, approval: !client && spec?.approval === 'always' && env.hooks.count?.('tools/pre-execute') === 0 }
+}
 
 /** What kind of tool a call runs, for metrics: its execution type, `unknown` for a name no spec has. */
 export const toolKind = (env: Pick<ToolEnv, 'specs'>, name: string): string => specOf(env, name)?.execution.type ?? 'unknown'

@@ -1,14 +1,19 @@
 // Adjacent units with nothing foreign between them share one write (issue 16, SPEC §2.7, §6.2):
+//  - a step's step/start and its first admission, when no agent/request listener runs between them
+//    (a step that fails before admission writes its step/start with its step/end);
+//  - a settled assistant/message and its first tool/call (the scheduler starts the first call at once);
+//  - an approval-always call's tool/call and its pending row, when no tools/pre-execute listener
+//    could decide otherwise (the call is pending as soon as it is visible);
 //  - the batch's last tool/result and its step's step/end (nothing runs after the last result);
 //  - a stopping step's step/end and the turn/end, when next-step is empty and no agent/turn-stopping
 //    listener is registered (nothing is awaited between them).
 // Rows written by one statement share their transaction id (xmin); every other unit has its own.
-// The log itself is the one SPEC describes, event for event; a turn-stopping listener, a tool's
+// The log itself is the one SPEC describes, event for event; listeners of those hooks, a tool's
 // additional contexts or a steer that is pending keep the units apart, and the turn goes on as before.
 
 import { afterEach, describe, expect, it } from 'vitest'
 import type { Context } from '../../src/hooks/index.js'
-import { startTestApp, type TestApp } from '../helpers/app.js'
+import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
 import { DB_KINDS } from '../helpers/db.js'
 import { gate } from '../helpers/scripted.js'
 import { expectValidLog } from '../helpers/invariants.js'
@@ -86,12 +91,11 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
     const { s, log, u } = await runToolTurn(kind, 'ping')
     expect(u.slice(u.indexOf('turn/start + agent/inbox/spliced'))).toEqual([
       'turn/start + agent/inbox/spliced',
-      'step/start',
       // admission (SPEC §2.4): the first request of the session logs its prompt and header
-      'system/message + user/message + request/header + request/context',
-      'assistant/message',
-      'tool/call',
+      'step/start + system/message + user/message + request/header + request/context',
+      'assistant/message + tool/call',
       'tool/result + step/end',
+      // the second step admits nothing new: its step/start is the admission unit
       'step/start',
       'assistant/message',
       'step/end + turn/end',
@@ -107,6 +111,130 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
     const all = (await t!.events(s.id)) as Ev[]
     expectValidLog(all)
     expect(all.filter((e) => e.type === 'turn/end').map((e) => (e.data as any).turn)).toEqual([1, 2])
+  })
+
+  it("a subscriber sees the settlement's end frame between the assistant/message and the tool/call of its unit", async () => {
+    t = await startTestApp({ kind, plugins: [tools] })
+    const s = await t.createSession({ tools: [{ name: 'ping', execution: { type: 'builtin' } }] })
+    const c = await openSse(`${t.url}/v1/sessions/${s.id}/stream`, { authorization: `Bearer ${t.key}` })
+    try {
+      t.models.script(s.id, ...toolTurn('ping'))
+      expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+      const log = (await t.waitIdle(s.id)) as Ev[]
+      await c.waitFor((f) => f.event === 'session/event' && f.json.seq === log.at(-1)!.seq)
+      const am = log.find((e) => e.type === 'assistant/message')!
+      const call = log.find((e) => e.type === 'tool/call')!
+      expect(call.seq).toBe(am.seq + 1)
+      const at = (pred: (f: any) => boolean) => c.frames.findIndex(pred)
+      const amAt = at((f) => f.event === 'session/event' && f.json.seq === am.seq)
+      const endAt = at((f) => f.event === 'agent/assistant-stream' && f.json.kind === 'end' && f.json.outcome?.seq === am.seq)
+      const callAt = at((f) => f.event === 'session/event' && f.json.seq === call.seq)
+      expect(amAt).toBeGreaterThanOrEqual(0)
+      expect([amAt < endAt, endAt < callAt]).toEqual([true, true])
+    } finally {
+      c.close()
+    }
+  })
+
+  it('an agent/request listener runs after a durable step/start, which stays apart from the admission', async () => {
+    const seen: string[] = []
+    const probe = (root: Context, db: any) =>
+      root.plugin({
+        name: 'request-probe',
+        apply(ctx: any) {
+          ctx.hooks.waterfall('agent/request', async (p: { agent: { id: string } }, next: () => Promise<unknown>) => {
+            const r = await db.query('SELECT e.type FROM session_events e JOIN sessions s ON s.key = e.session_key WHERE s.id = $1 ORDER BY e.seq DESC LIMIT 1', [p.agent.id])
+            seen.push(r.rows[0].type)
+            return next()
+          })
+        },
+      })
+    const { u } = await runToolTurn(kind, 'ping', [probe])
+    expect(seen).toEqual(['step/start', 'step/start'])
+    expect(u.slice(u.indexOf('turn/start + agent/inbox/spliced'))).toEqual([
+      'turn/start + agent/inbox/spliced',
+      'step/start',
+      'system/message + user/message + request/header + request/context',
+      'assistant/message + tool/call',
+      'tool/result + step/end',
+      'step/start',
+      'assistant/message',
+      'step/end + turn/end',
+    ])
+  })
+
+  it('a step that fails before its admission writes its step/start with its step/end, and the turn ends error', async () => {
+    t = await startTestApp({ kind, plugins: [tools] })
+    const llm = t.app.llm as unknown as { prepareCall: (c: unknown, s: AbortSignal) => Promise<unknown> }
+    const orig = llm.prepareCall.bind(llm)
+    let failures = 1
+    llm.prepareCall = async (c, signal) => {
+      if (failures-- > 0) throw new Error('the route broke before admission')
+      return orig(c, signal)
+    }
+    const s = await t.createSession({})
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+    await t.waitIdle(s.id)
+    const log = (await t.events(s.id)) as Ev[]
+    expectValidLog(log)
+    const u = units(await writes(t, s.id))
+    expect(u.slice(u.indexOf('turn/start + agent/inbox/spliced'))).toEqual(['turn/start + agent/inbox/spliced', 'step/start + step/end', 'turn/end'])
+    expect(log.at(-1)).toMatchObject({ type: 'turn/end', data: { turn: 1, reason: { kind: 'error', error: { message: expect.stringContaining('the route broke before admission') } } } })
+    // the next turn runs normally, and its step/start rides with its admission again
+    t.models.script(s.id, { text: ['fine now'] })
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'again' })).status).toBe(202)
+    await t.waitIdle(s.id)
+    expectValidLog((await t.events(s.id)) as Ev[])
+    expect(units(await writes(t, s.id)).at(-3)).toMatch(/^step\/start \+ system\/message \+ user\/message/)
+  })
+
+  it("an approval-always call's pending row is written with its tool/call; approving it runs the call", async () => {
+    t = await startTestApp({ kind, plugins: [tools] })
+    const s = await t.createSession({ tools: [{ name: 'ping', execution: { type: 'builtin' }, approval: 'always' }] })
+    t.models.script(s.id, ...toolTurn('ping'))
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+    await t.waitFor(s.id, (e) => e.type === 'tool/call')
+    // as soon as the tool/call is visible, the call is pending
+    expect((await t.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'approval', name: 'ping' }] })
+    const call = (await writes(t, s.id)).find((e) => e.type === 'tool/call')!
+    const row = await t.app.db.query<{ tx: string }>('SELECT p.xmin::text AS tx FROM pending_calls p JOIN sessions s ON s.key = p.session_key WHERE s.id = $1', [s.id])
+    expect(row.rows.map((r) => r.tx)).toEqual([call.tx])
+    expect((await t.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'allow' })).status).toBe(202)
+    await t.waitIdle(s.id)
+    const log = (await t.events(s.id)) as Ev[]
+    expectValidLog(log)
+    expect(JSON.stringify(log.find((e) => e.type === 'tool/result')!.data)).toContain('pong')
+    expect((await t.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [] })
+  })
+
+  it('a tools/pre-execute listener decides first: the approval row is written after it, apart from the tool/call', async () => {
+    const policy = (root: Context) =>
+      root.plugin({
+        name: 'policy-probe',
+        apply(ctx: any) {
+          ctx.hooks.waterfall('tools/pre-execute', async (_p: unknown, next: () => Promise<unknown>) => next())
+        },
+      })
+    t = await startTestApp({ kind, plugins: [tools, policy] })
+    const s = await t.createSession({ tools: [{ name: 'ping', execution: { type: 'builtin' }, approval: 'always' }] })
+    t.models.script(s.id, ...toolTurn('ping'))
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+    await t.waitFor(s.id, (e) => e.type === 'tool/call')
+    let pending: any
+    for (let i = 0; i < 100 && !pending?.toolCalls?.length; i++) {
+      pending = (await t.api('GET', `/v1/sessions/${s.id}/pending`)).body
+      if (!pending.toolCalls.length) await new Promise((r) => setTimeout(r, 20))
+    }
+    expect(pending).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'approval' }] })
+    const call = (await writes(t, s.id)).find((e) => e.type === 'tool/call')!
+    const row = await t.app.db.query<{ tx: string }>('SELECT p.xmin::text AS tx FROM pending_calls p JOIN sessions s ON s.key = p.session_key WHERE s.id = $1', [s.id])
+    expect(row.rows).toHaveLength(1)
+    expect(row.rows[0].tx).not.toBe(call.tx)
+    expect((await t.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'deny', reason: 'no' })).status).toBe(202)
+    await t.waitIdle(s.id)
+    const log = (await t.events(s.id)) as Ev[]
+    expectValidLog(log)
+    expect(JSON.stringify(log.find((e) => e.type === 'tool/result')!.data)).toContain('TOOL_DENIED')
   })
 
   it('an agent/turn-stopping listener runs between the step/end and the turn/end, which stay apart', async () => {
