@@ -26,6 +26,10 @@ export interface ThroughputOptions {
   cpuProf?: string
 }
 
+/** the process's warm-up before any level: sessions × turns, concurrently */
+const WARM_SESSIONS = 10
+const WARM_TURNS = 30
+
 interface Level {
   sessions: number
   turns: number
@@ -50,7 +54,12 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
   const txPerTurn: number[] = []
   const perTurn: Array<Record<string, number>> = []
   try {
-    // warm the process once (JIT, pools) on a throwaway session; its last turn gives the units
+    // warm the process (JIT, pools) on throwaway sessions first: a long-running server is measured
+    // in its steady state, not in its first few dozen turns (ten turns left C=1 measuring the JIT);
+    // fresh sessions, so no measured session carries a longer history than its level gives it
+    const warm = await pool(Array.from({ length: WARM_SESSIONS }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] }))
+    await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: warm.map((s) => ({ id: s.id, after: -1 })), turns: WARM_TURNS })
+    // and one more, whose last turn gives the units
     const w = await createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] })
     await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: [{ id: w.id, after: -1 }], turns: 10 })
     units = (await turnUnits(b, w.id)).units

@@ -86,14 +86,21 @@ export async function appendConditional(
 ): Promise<{ events: StoredEvent[]; runState: RunState; cancelPending: boolean; wakeLatched: boolean } | null> {
   const out = events.map((e) => stored(e))
   if (!out.length || out[0].seq !== expect.nextSeq) throw new Error('appendConditional needs events that continue the expected seq')
-  // without side rows or with only settlements, and outside a transaction, the unit may be
-  // group-committed with other sessions' units (group.ts)
-  // (settlements included: group.ts sums a group's period totals into one upsert)
-  const usage = side.length === 1 && side[0].kind === 'usage' ? side[0].entries : undefined
-  const r =
-    (!side.length || usage) && isDb(db)
-      ? await groupCommitter(db, (u) => conditionalOne(db, u, u.usage ? [{ kind: 'usage', entries: [...u.usage] }] : [])).append({ key, expect, events: out, patch, usage })
-      : await conditionalOne(db, { key, expect, events: out, patch }, side)
+  // outside a transaction, the unit may be group-committed with other sessions' units (group.ts);
+  // its settlements apart from its other side rows, as group.ts sums a group's period totals into one upsert
+  const settlements = side.filter((r) => r.kind === 'usage')
+  const usage = settlements.length === 1 ? settlements[0].entries : []
+  const others = settlements.length === 1 ? side.filter((r) => r.kind !== 'usage') : side
+  const r = isDb(db)
+    ? await groupCommitter(db, (u) => conditionalOne(db, u, [...(u.side ?? []), ...(u.usage ? [{ kind: 'usage' as const, entries: [...u.usage] }] : [])])).append({
+        key,
+        expect,
+        events: out,
+        patch,
+        ...(usage.length ? { usage } : {}),
+        ...(others.length ? { side: others } : {}),
+      })
+    : await conditionalOne(db, { key, expect, events: out, patch }, side)
   if (!r) return null
   if (r.n !== out.length) throw new Error(`appendConditional inserted ${r.n} of ${out.length} events`)
   return { events: out, runState: r.runState, cancelPending: r.cancelPending, wakeLatched: r.wakeLatched }

@@ -10,15 +10,20 @@
 // of the sums over the units whose rows moved — a tenant's totals row is locked once per group, not
 // once per unit, so sessions of one tenant no longer queue on it commit by commit. The totals CTE
 // comes last and no other part reads it, so PostgreSQL locks the session rows before the totals rows.
-// What is never grouped: units with other side rows, two units of one session (one statement may
-// not move one row twice), a session already in a group in flight (concurrent groups never lock the
-// same session rows), and anything inside a transaction.
+// The other side rows (side.ts: pending calls, idempotency records, running-session slots, webhook
+// deliveries) are CTEs of their unit on its own key and row move, exactly as in the unit's statement
+// alone; a side row's guard (a tenant with a slot limit) conditions its unit's move only.
+// What is never grouped: two units of one session (one statement may not move one row twice), a
+// session already in a group in flight (concurrent groups never lock the same session rows), and
+// anything inside a transaction.
 // A group that fails as a whole for another reason than the database being unreachable is retried
 // unit by unit, so a unit's error is its own.
 
 import { DbUnavailableError, type Db, type QueryResult } from './db.js'
 import { rowSets, type RowPatch, type RunState } from './sessions.js'
+import { sideCtes, sideGuards, type SideRow } from './side.js'
 import { ledgerSql, totalsUpsert, usagePeriods } from './usage.js'
+import { markDeliveries } from './webhooks.js'
 import type { LedgerEntry } from '../session/index.js'
 
 export interface GroupUnit {
@@ -29,6 +34,8 @@ export interface GroupUnit {
   patch: RowPatch
   /** the unit's settlements (its usage side row), if any */
   usage?: readonly LedgerEntry[]
+  /** its other side rows */
+  side?: readonly SideRow[]
 }
 
 export type UnitOutcome = { runState: RunState; cancelPending: boolean; wakeLatched: boolean; n: number } | null
@@ -57,6 +64,8 @@ function unitSql(i: number, u: GroupUnit, params: unknown[]): { ctes: string; se
     params.push(v)
     where += ` AND ${COLUMN[f as keyof typeof COLUMN]} = $${params.length}`
   }
+  const side = u.side ?? []
+  for (const g of sideGuards(side)) where += ` AND ${g}`
   const last = u.events[u.events.length - 1]
   const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, u.patch, params)
   params.push(u.events.map((e) => e.seq), u.events.map((e) => e.time), u.events.map((e) => e.type), u.events.map((e) => e.json))
@@ -65,6 +74,9 @@ function unitSql(i: number, u: GroupUnit, params: unknown[]): { ctes: string; se
      u${i}e AS (INSERT INTO session_events (session_key, seq, time, type, body)
        SELECT ${k}, e.seq, e.time, e.type, e.body FROM unnest($${n - 3}::int[], $${n - 2}::bigint[], $${n - 1}::text[], $${n}::text[]) AS e(seq, time, type, body)
        WHERE EXISTS (SELECT 1 FROM u${i}m) RETURNING 1)`
+  const sides = sideCtes(side, params, { moved: `u${i}m`, key: k, prefix: `u${i}s` })
+  ctes += sides.sql
+  const w = sides.counted.length ? sides.counted.map((c) => `(SELECT count(*)::int FROM ${c})`).join(' + ') : '0'
   let totals: string | undefined
   if (u.usage?.length) {
     const moved = `EXISTS (SELECT 1 FROM u${i}m)`
@@ -76,7 +88,7 @@ function unitSql(i: number, u: GroupUnit, params: unknown[]): { ctes: string; se
     const m = params.length
     totals = `SELECT ${k}::uuid AS key, p.period, p.tokens, p.cost FROM unnest($${m - 2}::text[], $${m - 1}::bigint[], $${m}::float8[]) AS p(period, tokens, cost) WHERE ${moved}`
   }
-  return { ctes, totals, select: `SELECT ${i} AS u, m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM u${i}e) AS n FROM u${i}m m` }
+  return { ctes, totals, select: `SELECT ${i} AS u, m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM u${i}e) AS n, ${w} AS w FROM u${i}m m` }
 }
 
 /** The group's period totals: one upsert of the sums, per tenant and period, over the units that moved. */
@@ -149,7 +161,7 @@ class GroupCommitter {
     group.sort((a, b) => (a.unit.key < b.unit.key ? -1 : a.unit.key > b.unit.key ? 1 : 0))
     const params: unknown[] = []
     const parts = group.map((w, i) => unitSql(i, w.unit, params))
-    let result: QueryResult<{ u: number; run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number }>
+    let result: QueryResult<{ u: number; run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number; w: number }>
     try {
       result = await this.db.query(`WITH ${parts.map((p) => p.ctes).join(',\n     ')}${totalsCte(parts)}\n     ${parts.map((p) => p.select).join('\n     UNION ALL ')}`, params)
     } catch (e) {
@@ -164,6 +176,7 @@ class GroupCommitter {
     const byUnit = new Map(result.rows.map((r) => [Number(r.u), r]))
     group.forEach((w, i) => {
       const r = byUnit.get(i)
+      if (r?.w) markDeliveries(w.unit.key, r.w)
       w.resolve(r ? { runState: r.run_state, cancelPending: r.cancel_pending, wakeLatched: r.wake_latched, n: r.n } : null)
     })
   }

@@ -22,10 +22,10 @@ export async function findIdempotency(db: Queryable, key: string, messageId: str
  * Side row (side.ts): the first answer for a message id, written with its delivery's splice. A
  * duplicate id fails the whole statement (23505): a concurrent delivery won.
  */
-export function idempotencySql(r: IdempotencyRecord, params: unknown[], when: string): string {
+export function idempotencySql(r: IdempotencyRecord, params: unknown[], when: string, key = '$1'): string {
   params.push(r.messageId, r.route, r.bodyHash, r.seq, Date.now())
   const n = params.length
-  return `INSERT INTO idempotency (session_key, message_id, route, body_hash, seq, created_at) SELECT $1, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n} WHERE ${when}`
+  return `INSERT INTO idempotency (session_key, message_id, route, body_hash, seq, created_at) SELECT ${key}, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n} WHERE ${when}`
 }
 
 /** Drops records older than maxAgeMs (they are kept at least 24 hours). */

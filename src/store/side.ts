@@ -27,20 +27,20 @@ export type SideRow =
   | { kind: 'webhook'; event: WebhookEvent }
 
 /**
- * Data-modifying statements on session `$1` (one, or several in order), run only when the SQL
- * condition `when` holds; their parameters are pushed onto `params`. The same text is a CTE of the
- * fast path and a statement alone.
+ * Data-modifying statements on the session whose key is the placeholder `key` (one, or several in
+ * order), run only when the SQL condition `when` holds; their parameters are pushed onto `params`.
+ * The same text is a CTE of the fast path (alone or in a group, group.ts) and a statement alone.
  */
-type SideSql<R> = (row: R, params: unknown[], when: string) => string | readonly string[]
+type SideSql<R> = (row: R, params: unknown[], when: string, key: string) => string | readonly string[]
 
 const SIDE_SQL: { [K in SideRow['kind']]: SideSql<Extract<SideRow, { kind: K }>> } = {
-  'pending-insert': (r, params, when) => pendingInsertSql(r.call, params, when),
-  'pending-delete': (r, params, when) => pendingDeleteSql(r.callIds, params, when),
-  idempotency: (r, params, when) => idempotencySql(r, params, when),
-  usage: (r, params, when) => usageSql(r.entries, params, when),
-  'slot-take': (_r, params, when) => slotTakeSql(params, when),
-  'slot-free': (_r, _params, when) => slotFreeSql(when),
-  webhook: (r, params, when) => webhookSql(r.event, params, when),
+  'pending-insert': (r, params, when, key) => pendingInsertSql(r.call, params, when, key),
+  'pending-delete': (r, params, when, key) => pendingDeleteSql(r.callIds, params, when, key),
+  idempotency: (r, params, when, key) => idempotencySql(r, params, when, key),
+  usage: (r, params, when, key) => usageSql(r.entries, params, when, key),
+  'slot-take': (_r, params, when, key) => slotTakeSql(params, when, key),
+  'slot-free': (_r, _params, when, key) => slotFreeSql(when, key),
+  webhook: (r, params, when, key) => webhookSql(r.event, params, when, key),
 }
 
 /** Conditions a kind puts on the fast path's row move: when one fails, the unit takes the locked path. */
@@ -53,23 +53,25 @@ const SIDE_LOCKED: { [K in SideRow['kind']]?: (tx: Queryable, key: string, row: 
   'slot-take': (tx, key) => takeSlotLocked(tx, key),
 }
 
-function statements(row: SideRow, params: unknown[], when: string): readonly string[] {
-  const sql = (SIDE_SQL[row.kind] as SideSql<SideRow>)(row, params, when)
+function statements(row: SideRow, params: unknown[], when: string, key = '$1'): readonly string[] {
+  const sql = (SIDE_SQL[row.kind] as SideSql<SideRow>)(row, params, when, key)
   return typeof sql === 'string' ? [sql] : sql
 }
 
 /**
- * The fast path's side rows as CTEs of one statement whose row move is the CTE `moved`, and the
- * names of the CTEs whose rows the caller counts (webhook deliveries: markDeliveries).
+ * The fast path's side rows as CTEs of one statement whose row move is the CTE `moved` (in a group:
+ * the unit's move CTE, its key placeholder and a prefix for the CTE names), and the names of the
+ * CTEs whose rows the caller counts (webhook deliveries: markDeliveries).
  */
-export function sideCtes(rows: readonly SideRow[], params: unknown[]): { sql: string; counted: string[] } {
+export function sideCtes(rows: readonly SideRow[], params: unknown[], o: { moved?: string; key?: string; prefix?: string } = {}): { sql: string; counted: string[] } {
   const counted: string[] = []
+  const prefix = o.prefix ?? 'side'
   let i = 0
   let sql = ''
   for (const r of rows) {
-    for (const s of statements(r, params, 'EXISTS (SELECT 1 FROM moved)')) {
-      if (r.kind === 'webhook') counted.push(`side${i}`)
-      sql += `, side${i++} AS (${s})`
+    for (const s of statements(r, params, `EXISTS (SELECT 1 FROM ${o.moved ?? 'moved'})`, o.key)) {
+      if (r.kind === 'webhook') counted.push(`${prefix}${i}`)
+      sql += `, ${prefix}${i++} AS (${s})`
     }
   }
   return { sql, counted }

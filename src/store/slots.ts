@@ -19,9 +19,9 @@ export class SlotUnavailableError extends Error {
 export const slotTakeGuard = (): string => 'NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = sessions.tenant_id AND t.max_running_sessions IS NOT NULL)'
 
 /** Side row (side.ts), fast path: the slot of a tenant without a limit. */
-export function slotTakeSql(params: unknown[], when: string): string {
+export function slotTakeSql(params: unknown[], when: string, key = '$1'): string {
   params.push(Date.now())
-  return `INSERT INTO running_slots (session_key, tenant_id, taken_at) SELECT key, tenant_id, $${params.length} FROM sessions WHERE key = $1 AND ${when}
+  return `INSERT INTO running_slots (session_key, tenant_id, taken_at) SELECT key, tenant_id, $${params.length} FROM sessions WHERE key = ${key} AND ${when}
      ON CONFLICT (session_key) DO UPDATE SET taken_at = EXCLUDED.taken_at`
 }
 
@@ -55,7 +55,7 @@ export async function takeSlotLocked(tx: Queryable, key: string): Promise<void> 
 }
 
 /** Side row (side.ts): the turn ended (crash repair's closers too): its slot is free. */
-export const slotFreeSql = (when: string): string => `DELETE FROM running_slots WHERE session_key = $1 AND ${when}`
+export const slotFreeSql = (when: string, key = '$1'): string => `DELETE FROM running_slots WHERE session_key = ${key} AND ${when}`
 
 /**
  * The sessions to ring when a tenant's slots may have freed: its oldest waiting sessions (wanted or

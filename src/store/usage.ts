@@ -10,13 +10,13 @@ import type { Queryable } from './db.js'
  * totals (each UTC day and month touched). Entries are distinct by (day, model), and so are the
  * periods here, as one INSERT … ON CONFLICT may not touch a row twice.
  */
-export function usageSql(entries: readonly LedgerEntry[], params: unknown[], when: string): string[] {
-  const ledger = ledgerSql(entries, params, when, '$1')
+export function usageSql(entries: readonly LedgerEntry[], params: unknown[], when: string, key = '$1'): string[] {
+  const ledger = ledgerSql(entries, params, when, key)
   const list = usagePeriods(entries)
   params.push(list.map(([k]) => k), list.map(([, p]) => p.tokens), list.map(([, p]) => p.costUsd))
   const n = params.length
   const totals = totalsUpsert(`SELECT s.tenant_id, p.period, p.tokens, p.cost FROM sessions s, unnest($${n - 2}::text[], $${n - 1}::bigint[], $${n}::float8[]) AS p(period, tokens, cost)
-     WHERE s.key = $1 AND ${when}`)
+     WHERE s.key = ${key} AND ${when}`)
   return [ledger, totals]
 }
 

@@ -102,14 +102,14 @@ const DELIVERY_ID_SQL = `'msg_' || replace(gen_random_uuid()::text, '-', '')`
  * Side row (side.ts): one delivery for each of the session's tenant's webhooks subscribed to the
  * event's type, in the unit's statement or transaction. A tenant without such a webhook writes nothing.
  */
-export function webhookSql(e: WebhookEvent, params: unknown[], when: string): string {
+export function webhookSql(e: WebhookEvent, params: unknown[], when: string, key = '$1'): string {
   // RETURNING: the caller counts the deliveries it wrote (deliveriesWritten)
   params.push(e.type, e.turn, e.seq, JSON.stringify(e.extra), e.time, Date.now())
   const n = params.length
   return `INSERT INTO webhook_deliveries (id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, next_attempt_at)
      SELECT ${DELIVERY_ID_SQL}, w.id, $${n - 5}::text, s.id, $${n - 4}::int, $${n - 3}::int, $${n - 2}::text, $${n - 1}::bigint, $${n}::bigint, $${n}::bigint
      FROM sessions s JOIN webhooks w ON w.tenant_id = s.tenant_id AND $${n - 5}::text = ANY(w.events)
-     WHERE s.key = $1 AND ${when}
+     WHERE s.key = ${key} AND ${when}
      RETURNING 1`
 }
 

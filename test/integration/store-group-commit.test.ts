@@ -6,7 +6,7 @@
 import crypto from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import type { Draft } from '../../src/session/index.js'
-import { appendConditional, budgetState, insertSession, lockLean, NOW_MS, openPg, readEvents, stamp, type Db, type SideRow } from '../../src/store/index.js'
+import { appendConditional, budgetState, insertSession, lockLean, webhooks, NOW_MS, openPg, readEvents, stamp, type Db, type SideRow } from '../../src/store/index.js'
 import { DB_KINDS, openTestDb, tenantDb } from '../helpers/db.js'
 
 const note = (text: string): Draft => ({ type: 'test/note', data: { text } })
@@ -101,6 +101,42 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
       if (i === 3) continue
       expect(out[i].status).toBe('fulfilled')
       expect(await texts(k)).toEqual([[0, `unit ${i}`]])
+    }
+  })
+
+  it("units with side rows group too: each unit's pending call, idempotency record, slot and deliveries exist exactly when its row moved", async () => {
+    const hook = crypto.randomUUID()
+    await webhooks.insertWebhook(env.db, { id: hook, tenantId: env.tenantId, url: 'https://hooks.example/x', events: ['turn.completed'], description: null, secret: 's', createdAt: Date.now() })
+    // a tenant with a slot limit: its slot-taking unit's guard fails, so the unit must take the locked path
+    const limited = crypto.randomUUID()
+    await env.db.query('INSERT INTO tenants (id, name, created_at, max_running_sessions) VALUES ($1, $2, $3, 5)', [limited, 'limited', Date.now()])
+    const limitedKey = crypto.randomUUID()
+    await insertSession(env.db, { key: limitedKey, tenantId: limited, id: `group-limited-${++n}`, model: 'test/scripted', system: '', tools: [], metadata: {}, createHash: 'h', createdAt: 1_700_000_000_000 })
+    const keys = await Promise.all(Array.from({ length: 16 }, () => newSession()))
+    const sides = (i: number, key: string): SideRow[] => {
+      if (i % 4 === 0) return [{ kind: 'slot-take' }, { kind: 'webhook', event: { type: 'turn.completed', turn: 1, seq: 0, time: 1, extra: { reason: { kind: 'completed' } } } }]
+      if (i % 4 === 1) return [{ kind: 'pending-insert', call: { callId: `call-${key}`, kind: 'client', name: 'c', arguments: '{}' } }, { kind: 'idempotency', messageId: `m-${key}`, route: 'followup', bodyHash: 'b', seq: 0 }]
+      if (i % 4 === 2) return [{ kind: 'slot-free' }]
+      return [{ kind: 'slot-take' }, { kind: 'pending-insert', call: { callId: `call-${key}`, kind: 'client', name: 'c', arguments: '{}' } }]
+    }
+    // every fourth unit (i % 4 === 3) is stale: nothing of it may be written
+    const put = (db: Db, key: string, i: number, side: SideRow[]) => appendConditional(db, key, { nextSeq: i % 4 === 3 ? 7 : 0 }, stamp({ nextSeq: i % 4 === 3 ? 7 : 0, lastTime: 0 }, [note(`side ${i}`)], 1_700_000_000_001), {}, side)
+    for (const k of keys.filter((_, i) => i % 4 === 2)) await env.db.query('INSERT INTO running_slots (session_key, tenant_id, taken_at) VALUES ($1, $2, 1)', [k, env.tenantId])
+    const c = counting(env.db)
+    const [limitedOut, ...out] = await Promise.all([put(c.db, limitedKey, 0, [{ kind: 'slot-take' }]), ...keys.map((k, i) => put(c.db, k, i, sides(i, k)))])
+    expect(c.statements()).toBeLessThan(keys.length / 2)
+    expect(limitedOut).toBeNull()
+    expect(await texts(limitedKey)).toEqual([])
+    const count = async (sql: string, key: string) => Number((await env.db.query<{ n: number }>(sql, [key])).rows[0].n)
+    for (const [i, k] of keys.entries()) {
+      const moved = i % 4 !== 3
+      expect(out[i] !== null).toBe(moved)
+      expect(await texts(k)).toEqual(moved ? [[0, `side ${i}`]] : [])
+      const slots = await count('SELECT count(*)::int AS n FROM running_slots WHERE session_key = $1', k)
+      const pending = await count('SELECT count(*)::int AS n FROM pending_calls WHERE session_key = $1', k)
+      const idem = await count('SELECT count(*)::int AS n FROM idempotency WHERE session_key = $1', k)
+      const hooks = await count('SELECT count(*)::int AS n FROM webhook_deliveries d JOIN sessions s ON s.id = d.session_id WHERE s.key = $1', k)
+      expect({ i, slots, pending, idem, hooks }).toEqual({ i, slots: i % 4 === 0 ? 1 : 0, pending: i % 4 === 1 ? 1 : 0, idem: i % 4 === 1 ? 1 : 0, hooks: i % 4 === 0 ? 1 : 0 })
     }
   })
 
