@@ -3,7 +3,8 @@
 
 import crypto from 'node:crypto'
 import type { Inbox } from '../session/index.js'
-import type { Queryable } from './db.js'
+import type { Db, Queryable } from './db.js'
+import { isDb } from './group.js'
 import { COLUMNS, toRow, type Raw, type SessionRow } from './rows.js'
 
 export interface Tenant {
@@ -128,14 +129,86 @@ export async function authenticate(db: Queryable, key: string): Promise<Principa
 export async function authenticateWithSession(db: Queryable, key: string, sessionId: string, o: { inbox?: boolean } = {}): Promise<{ principal: Principal; session: SessionRow | null } | null> {
   const m = KEY_RE.exec(key)
   if (!m) return null
-  const { rows } = await db.query<KeyRow & Raw>(
-    `${AUTH}, ${SESSION_COLUMNS}${o.inbox ? ', s.inbox' : ''} ${AUTH_FROM} LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = $2 WHERE k.prefix = $1 AND k.revoked_at IS NULL`,
-    [m[1], sessionId],
-  )
-  const principal = principalOf(key, rows[0])
-  if (!principal) return null
-  if (rows[0].key === null || rows[0].key === undefined) return { principal, session: null }
-  const session = toRow(rows[0])
-  if (o.inbox) session.inbox = JSON.parse(rows[0].inbox as string) as Inbox
+  const inbox = o.inbox === true
+  const row = isDb(db) ? await lookups(db).lookup(m[1], sessionId, inbox) : await lookupOne(db, m[1], sessionId, inbox)
+  const principal = principalOf(key, row)
+  if (!principal || !row) return null
+  if (row.key === null || row.key === undefined) return { principal, session: null }
+  const session = toRow(row)
+  if (o.inbox) session.inbox = JSON.parse(row.inbox as string) as Inbox
   return { principal, session }
+}
+
+type AuthRow = KeyRow & Raw & { inbox?: string }
+
+/** One request's key and session row (with the inbox, for the routes that admit against it). */
+async function lookupOne(db: Queryable, prefix: string, sessionId: string, inbox: boolean): Promise<AuthRow | undefined> {
+  const { rows } = await db.query<AuthRow>(
+    `${AUTH}, ${SESSION_COLUMNS}${inbox ? ', s.inbox' : ''} ${AUTH_FROM} LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = $2 WHERE k.prefix = $1 AND k.revoked_at IS NULL`,
+    [prefix, sessionId],
+  )
+  return rows[0]
+}
+
+/** lookups in flight per database at once; the requests arriving meanwhile wait and go together */
+const LOOKUPS_IN_FLIGHT = 2
+const LOOKUPS_PER_STATEMENT = 256
+
+/**
+ * The key-and-session lookups of concurrent requests to session routes, batched: while lookups are
+ * in flight, the requests that arrive queue, and the next statement reads all of theirs at once
+ * (one round trip for a burst of requests, as group commit does for appends). Each request gets
+ * exactly the row its own statement would have read, from a statement that started after it arrived.
+ */
+class AuthLookups {
+  private queue: Array<{ prefix: string; sessionId: string; inbox: boolean; resolve(r: AuthRow | undefined): void; reject(e: unknown): void }> = []
+  private inFlight = 0
+
+  constructor(private readonly db: Db) {}
+
+  lookup(prefix: string, sessionId: string, inbox: boolean): Promise<AuthRow | undefined> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ prefix, sessionId, inbox, resolve, reject })
+      this.pump()
+    })
+  }
+
+  private pump(): void {
+    while (this.inFlight < LOOKUPS_IN_FLIGHT && this.queue.length) {
+      const batch = this.queue.splice(0, LOOKUPS_PER_STATEMENT)
+      this.inFlight++
+      void this.run(batch).finally(() => {
+        this.inFlight--
+        this.pump()
+      })
+    }
+  }
+
+  private async run(batch: AuthLookups['queue']): Promise<void> {
+    if (batch.length === 1) {
+      const [w] = batch
+      await lookupOne(this.db, w.prefix, w.sessionId, w.inbox).then(w.resolve, w.reject)
+      return
+    }
+    try {
+      const { rows } = await this.db.query<AuthRow & { q: number }>(
+        `${AUTH}, ${SESSION_COLUMNS}, CASE WHEN q.inbox THEN s.inbox END AS inbox, q.i::int AS q
+         FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS q(prefix, sid, inbox, i)
+         JOIN api_keys k ON k.prefix = q.prefix AND k.revoked_at IS NULL JOIN tenants t ON t.id = k.tenant_id
+         LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = q.sid`,
+        [batch.map((w) => w.prefix), batch.map((w) => w.sessionId), batch.map((w) => w.inbox)],
+      )
+      const byIndex = new Map(rows.map((r) => [Number(r.q) - 1, r]))
+      batch.forEach((w, i) => w.resolve(byIndex.get(i)))
+    } catch (e) {
+      for (const w of batch) w.reject(e)
+    }
+  }
+}
+
+const batchers = new WeakMap<Db, AuthLookups>()
+function lookups(db: Db): AuthLookups {
+  let b = batchers.get(db)
+  if (!b) batchers.set(db, (b = new AuthLookups(db)))
+  return b
 }
