@@ -24,13 +24,13 @@ export function runTools(tc: TurnContext, calls: ToolCallBlock[], mcpTools: read
 /**
  * SPEC §11.5 step 1 of a settled message's first call, in the settlement's own unit: the scheduler
  * starts the first call at once, with nothing foreign between the settlement and its tool/call, so
- * both commit together (one round trip fewer per tool step). Call afterCommit once the unit committed.
+ * both commit together (one round trip fewer per tool step). Call callCommitted once the unit committed.
  */
 export function addFirstCall(tc: TurnContext, u: UnitBuilder, message: AssistantMessage, mcpTools: readonly ToolSpec[] = []): AppendedCall | undefined {
   const block = message.content.find((b): b is ToolCallBlock => b.type === 'tool-call')
   if (!block) return undefined
   const [plan] = planToolCalls([block])
-  const kind = callKind(toolEnv(tc, mcpTools), plan)
+  const kind = callKind({ specs: stepSpecs(tc, mcpTools), hooks: tc.hooks }, plan)
   return { callId: plan.callId, seq: addCall(tc, u, plan, kind), kind }
 }
 
@@ -52,12 +52,14 @@ function addCall(tc: TurnContext, u: UnitBuilder, p: { callId: string; name: str
 }
 
 /** The step's tools: the session's ToolSpecs, then the MCP tools listed for this step (API.md §12). */
+const stepSpecs = (tc: TurnContext, mcpTools: readonly ToolSpec[]): readonly ToolSpec[] => (mcpTools.length ? [...tc.loop.spec.tools, ...mcpTools] : tc.loop.spec.tools)
+
 function toolEnv(tc: TurnContext, mcpTools: readonly ToolSpec[]): ToolEnv {
   const { loop } = tc
   return {
     sessionId: loop.id,
     signal: tc.signal,
-    specs: mcpTools.length ? [...loop.spec.tools, ...mcpTools] : loop.spec.tools,
+    specs: stepSpecs(tc, mcpTools),
     mcp: loop.mcp,
     secrets: loop.secrets,
     registry: loop.services.registry,

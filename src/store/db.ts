@@ -239,3 +239,8 @@ export async function openPglite(dir: string | undefined): Promise<Db> {
 export function openPg(url: string, poolSize = 20, prepare = true): Db {
   return new PgDb(url, poolSize, prepare)
 }
+
+/** A Db (pool or PGlite), as opposed to a transaction's Queryable. */
+export function isDb(q: unknown): q is Db {
+  return typeof (q as Db)?.transaction === 'function' && typeof (q as Db)?.query === 'function'
+}

@@ -2,10 +2,10 @@
 // appending transaction, DESIGN.md §3) and reading pages of it.
 
 import type { Draft, SessionEvent } from '../session/index.js'
-import type { Queryable } from './db.js'
 import { rowSets, updateRow, type RowPatch, type RunState } from './sessions.js'
 import { sideCtes, sideGuards, writeSideRows, type SideRow } from './side.js'
-import { groupCommitter, isDb, type GroupUnit, type UnitOutcome } from './group.js'
+import { isDb, type Queryable } from './db.js'
+import { groupCommitter, type GroupUnit, type UnitOutcome } from './group.js'
 import { markDeliveries } from './webhooks.js'
 
 /** What an append needs of the locked row; writeEvents moves it forward. */

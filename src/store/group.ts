@@ -196,8 +196,3 @@ export function groupCommitter(db: Db, single: (u: GroupUnit) => Promise<UnitOut
   if (!c) committers.set(db, (c = new GroupCommitter(db, single)))
   return c
 }
-
-/** A Db (pool or PGlite), as opposed to a transaction's Queryable. */
-export function isDb(q: unknown): q is Db {
-  return typeof (q as Db)?.transaction === 'function' && typeof (q as Db)?.query === 'function'
-}

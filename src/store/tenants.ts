@@ -3,8 +3,7 @@
 
 import crypto from 'node:crypto'
 import type { Inbox } from '../session/index.js'
-import type { Db, Queryable } from './db.js'
-import { isDb } from './group.js'
+import { isDb, type Db, type Queryable } from './db.js'
 import { COLUMNS, toRow, type Raw, type SessionRow } from './rows.js'
 
 export interface Tenant {
