@@ -5,18 +5,23 @@
 import { getPending, type Db } from '../store/index.js'
 
 export class PendingCalls {
-  /** calls with a pending_calls row (client, approval) */
-  private readonly rows = new Set<string>()
+  /** calls with a pending_calls row, and the row's kind */
+  private readonly rows = new Map<string, 'client' | 'approval'>()
   private readonly waiting = new Map<string, { kind: 'client' | 'approval'; resolve: (answer: unknown) => void }>()
 
   constructor(private readonly db: Db, private readonly key: string) {}
 
-  opened(callId: string): void {
-    this.rows.add(callId)
+  opened(callId: string, kind: 'client' | 'approval'): void {
+    this.rows.set(callId, kind)
   }
 
   hasRow(callId: string): boolean {
     return this.rows.has(callId)
+  }
+
+  /** the kind the call's row was last written as */
+  rowKind(callId: string): 'client' | 'approval' | undefined {
+    return this.rows.get(callId)
   }
 
   closed(callId: string): void {

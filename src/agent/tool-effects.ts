@@ -36,7 +36,8 @@ export function addFirstCall(tc: TurnContext, u: UnitBuilder, message: Assistant
 
 /** What follows a committed tool/call: its pending row is open. */
 export function callCommitted(tc: TurnContext, c: AppendedCall): void {
-  if (c.kind.client || c.kind.approval) tc.loop.pending.opened(c.callId)
+  if (c.kind.client) tc.loop.pending.opened(c.callId, 'client')
+  else if (c.kind.approval) tc.loop.pending.opened(c.callId, 'approval')
 }
 
 /** A call's tool/call and the pending row callKind gives it (SPEC §18.10), added to a unit; its seq. */
@@ -94,13 +95,13 @@ function toolEffects(tc: TurnContext, appended: AppendedCall | undefined): ToolE
       return r.value
     },
     async openApproval(p, callSeq) {
-      // it rode with the tool/call (callKind)
-      if (pending.hasRow(p.callId)) return
+      // it rode with the tool/call (callKind); a client call's row is re-opened as the approval
+      if (pending.rowKind(p.callId) === 'approval') return
       await tc.log.commit((u) => {
         u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments } })
         u.side(requiresAction(turn, { seq: callSeq, time: Date.now() }, p, 'approval'))
       })
-      pending.opened(p.callId)
+      pending.opened(p.callId, 'approval')
     },
     waitAnswer: (callId, kind) => pending.wait(callId, kind, tc.signal),
     async commitResult(p, callSeq, { outcome, contexts }, last) {

@@ -207,6 +207,25 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
     expect((await t.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [] })
   })
 
+  it("a client call with approval 'always' waits for the approver first: its client row is re-opened as the approval", async () => {
+    t = await startTestApp({ kind, plugins: [tools] })
+    const s = await t.createSession({ tools: [{ name: 'ask_user', execution: { type: 'client' }, approval: 'always' }] })
+    t.models.script(s.id, ...toolTurn('ask_user'))
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+    await t.waitFor(s.id, (e) => e.type === 'tool/call')
+    let pending: any
+    for (let i = 0; i < 100 && pending?.toolCalls?.[0]?.kind !== 'approval'; i++) {
+      pending = (await t.api('GET', `/v1/sessions/${s.id}/pending`)).body
+      if (pending.toolCalls[0]?.kind !== 'approval') await new Promise((r) => setTimeout(r, 20))
+    }
+    expect(pending).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'approval', name: 'ask_user' }] })
+    expect((await t.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'deny', reason: 'not now' })).status).toBe(202)
+    await t.waitIdle(s.id)
+    const log = (await t.events(s.id)) as Ev[]
+    expectValidLog(log)
+    expect(JSON.stringify(log.find((e) => e.type === 'tool/result')!.data)).toContain('TOOL_DENIED')
+  })
+
   it('a tools/pre-execute listener decides first: the approval row is written after it, apart from the tool/call', async () => {
     const policy = (root: Context) =>
       root.plugin({
