@@ -47,12 +47,22 @@ export function isConnectionError(e: unknown): boolean {
 // a token count or a lease token, all far below 2^53.
 pg.types.setTypeParser(20, (v) => Number(v))
 
+/** Long texts the code repeats verbatim (the group commit's statement): named despite their length. */
+const REPEATED = new Set<string>()
+
+/** Declares a long text as one the server sends over and over, so it is prepared like a short one. */
+export function repeatedText(text: string): string {
+  REPEATED.add(text)
+  return text
+}
+
 /**
  * Named prepared statements for the statements the server repeats (the appends, the key check, the
  * reads of a turn): PostgreSQL parses and plans each text once per connection instead of on every
  * call, which halves the database's CPU per turn. A text gets a name the first time it is seen, up
- * to MAX_NAMES texts per process; longer texts (large group commits), texts that select `*` (their
- * result shape would change under a migration) and texts beyond the cap run unnamed, as before. A
+ * to MAX_NAMES texts per process; longer texts (built per call: they rarely repeat) and texts that
+ * select `*` (their result shape would change under a migration) run unnamed unless the code declares
+ * them repeated (repeatedText), and so do texts beyond the cap. A
  * name whose statement PostgreSQL no longer has or can no longer use is given up, so the text is
  * prepared afresh under a new name (a connection pooler in transaction mode: turn it off with
  * AGENTD_PG_PREPARE=off).
@@ -67,7 +77,8 @@ export class StatementNames {
 
   /** The query config for a text: named when it is worth preparing. */
   config(text: string, values: unknown[] | undefined): pg.QueryConfig {
-    if (!this.enabled || !values || text.length > StatementNames.MAX_TEXT || /SELECT \*|RETURNING \*|\.\*/.test(text)) return { text, values }
+    if (!this.enabled || !values) return { text, values }
+    if (!REPEATED.has(text) && (text.length > StatementNames.MAX_TEXT || /SELECT \*|RETURNING \*|\.\*/.test(text))) return { text, values }
     let name = this.names.get(text)
     if (name === undefined) {
       if (this.next >= StatementNames.MAX_NAMES) return { text, values }

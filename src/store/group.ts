@@ -5,25 +5,26 @@
 // as alone, and each caller learns its own outcome when the statement has committed, so every unit
 // is durable before its caller goes on (SPEC's durability points are unchanged).
 //
-// Settlements (the usage side row, API.md §15) are grouped too: each unit's ledger rows are its own
-// CTE (per session, so never touched twice), and the period totals of the whole group are ONE upsert
-// of the sums over the units whose rows moved — a tenant's totals row is locked once per group, not
-// once per unit, so sessions of one tenant no longer queue on it commit by commit. The totals CTE
-// comes last and no other part reads it, so PostgreSQL locks the session rows before the totals rows.
-// The other side rows (side.ts: pending calls, idempotency records, running-session slots, webhook
-// deliveries) are CTEs of their unit on its own key and row move, exactly as in the unit's statement
-// alone; a side row's guard (a tenant with a slot limit) conditions its unit's move only.
+// The statement is one fixed text (GROUP_SQL below) whatever the group holds: the units are parallel
+// arrays, and every side row (side.ts) is a CTE over all units at once, joined to the rows that moved
+// — pending calls, idempotency records, running-session slots, webhook deliveries and settlements
+// (the usage ledger, API.md §15). A side row's guard (a tenant with a slot limit) conditions its
+// unit's move only. The period totals of the whole group are ONE upsert of the sums over the units
+// that moved, so a tenant's totals row is locked once per group, not once per unit; it runs after the
+// main query has read every moved row, so PostgreSQL locks the session rows before the totals rows.
 // What is never grouped: two units of one session (one statement may not move one row twice), a
-// session already in a group in flight (concurrent groups never lock the same session rows), and
+// session already in a group in flight (concurrent groups never lock the same session rows), a unit
+// whose side rows have no place in the arrays (groupable: it commits alone beside the group), and
 // anything inside a transaction.
 // A group that fails as a whole for another reason than the database being unreachable is retried
 // unit by unit, so a unit's error is its own.
 
-import { DbUnavailableError, type Db, type QueryResult } from './db.js'
-import { rowSets, type RowPatch, type RunState } from './sessions.js'
-import { sideCtes, sideGuards, type SideRow } from './side.js'
-import { ledgerSql, totalsUpsert, usagePeriods } from './usage.js'
-import { markDeliveries } from './webhooks.js'
+import { DbUnavailableError, repeatedText, type Db, type QueryResult } from './db.js'
+import type { RowPatch, RunState } from './sessions.js'
+import type { SideRow } from './side.js'
+import { slotTakeGuard } from './slots.js'
+import { ledgerUpsert, totalsUpsert, usagePeriods } from './usage.js'
+import { DELIVERY_ID_SQL, markDeliveries } from './webhooks.js'
 import type { LedgerEntry } from '../session/index.js'
 
 export interface GroupUnit {
@@ -51,59 +52,154 @@ const MAX_IN_FLIGHT = 2
 /** units per statement at most */
 const MAX_GROUP = 64
 
-const COLUMN = { runState: 'run_state', cancelPending: 'cancel_pending', wakeLatched: 'wake_latched' } as const
+/**
+ * The group's statement: ONE fixed text whatever the group holds, its units as parallel arrays (one
+ * element per unit, per event, per side row). It is prepared once per connection (db.ts
+ * StatementNames) and planned as a handful of joins, where a text written out per unit had
+ * PostgreSQL parse and plan four CTEs per unit on every group (measured: a 40-unit group spent about
+ * 10 ms planning and 15 ms parsing against 3–6 ms executing, a database core's worth at 100 sessions).
+ * `v` is the units; `moved` moves the rows whose conditions hold (expected seq, lease, flags, the
+ * slot guard); every other CTE joins `moved`, so nothing of a unit whose row did not move is written.
+ * Units never share a session (the committer sees to it), so no row is touched twice.
+ */
+const GROUP_SQL = repeatedText(`WITH v AS (
+  SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::bool[], $7::bool[], $8::bool[], $9::int[], $10::bigint[],
+    $11::text[], $12::bool[], $13::int[], $14::text[], $15::int[], $16::bool[], $17::bool[], $18::text[], $19::bool[], $20::int[],
+    $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::float8[], $26::bool[], $27::bool[],
+    $28::text[], $29::int[], $30::int[], $31::text[], $32::bigint[]) WITH ORDINALITY
+    AS v(key, expect_seq, lease_owner, lease_token, f_run, f_cancel, f_wake, slot_guard, next_seq, last_time,
+      inbox, set_open, open_turn, run_state, wake_mode, cancel, wake, last_turn, set_cont, cont,
+      ui, uo, ucr, ucw, uc, slot_take, slot_free, wh_type, wh_turn, wh_seq, wh_extra, wh_time, ord)
+), moved AS (
+  UPDATE sessions s SET next_seq = v.next_seq, last_time = v.last_time, updated_at = v.last_time,
+    inbox = coalesce(v.inbox, s.inbox),
+    open_turn = CASE WHEN v.set_open THEN v.open_turn ELSE s.open_turn END,
+    run_state = coalesce(v.run_state, s.run_state),
+    wake_seq = CASE v.wake_mode WHEN 1 THEN nextval('session_wake_seq') WHEN 2 THEN CASE WHEN s.run_state = 'idle' THEN nextval('session_wake_seq') ELSE s.wake_seq END ELSE s.wake_seq END,
+    cancel_pending = coalesce(v.cancel, s.cancel_pending),
+    wake_latched = coalesce(v.wake, s.wake_latched),
+    last_turn = coalesce(v.last_turn, s.last_turn),
+    continue_turn = CASE WHEN v.set_cont THEN v.cont ELSE s.continue_turn END,
+    input_tokens = s.input_tokens + v.ui, output_tokens = s.output_tokens + v.uo, cache_read_tokens = s.cache_read_tokens + v.ucr,
+    cache_write_tokens = s.cache_write_tokens + v.ucw, cost_usd = s.cost_usd + v.uc
+  FROM v
+  WHERE s.key = v.key AND s.next_seq = v.expect_seq
+    AND (v.lease_owner IS NULL OR (s.lease_owner = v.lease_owner AND s.lease_token = v.lease_token))
+    AND (v.f_run IS NULL OR s.run_state = v.f_run) AND (v.f_cancel IS NULL OR s.cancel_pending = v.f_cancel) AND (v.f_wake IS NULL OR s.wake_latched = v.f_wake)
+    AND (NOT v.slot_guard OR ${slotTakeGuard('s')})
+  RETURNING v.ord, s.key, s.tenant_id, s.id, s.run_state, s.cancel_pending, s.wake_latched, v.slot_take, v.slot_free, v.wh_type, v.wh_turn, v.wh_seq, v.wh_extra, v.wh_time
+), ins AS (
+  INSERT INTO session_events (session_key, seq, time, type, body)
+  SELECT m.key, e.seq, e.time, e.type, e.body FROM unnest($33::int[], $34::int[], $35::bigint[], $36::text[], $37::text[]) AS e(ord, seq, time, type, body) JOIN moved m ON m.ord = e.ord
+  RETURNING session_key
+), ledger AS (
+  ${ledgerUpsert(`SELECT m.tenant_id, l.day::date, l.model, m.key, m.id, l.i, l.o, l.cr, l.cw, l.c, l.a
+    FROM unnest($38::int[], $39::text[], $40::text[], $41::bigint[], $42::bigint[], $43::bigint[], $44::bigint[], $45::float8[], $46::int[]) AS l(ord, day, model, i, o, cr, cw, c, a)
+    JOIN moved m ON m.ord = l.ord`)}
+), totals AS (
+  ${totalsUpsert(`SELECT m.tenant_id, p.period, sum(p.tokens), sum(p.cost) FROM unnest($47::int[], $48::text[], $49::bigint[], $50::float8[]) AS p(ord, period, tokens, cost)
+    JOIN moved m ON m.ord = p.ord GROUP BY m.tenant_id, p.period`)}
+), slot_take AS (
+  INSERT INTO running_slots (session_key, tenant_id, taken_at) SELECT m.key, m.tenant_id, $62 FROM moved m WHERE m.slot_take
+  ON CONFLICT (session_key) DO UPDATE SET taken_at = EXCLUDED.taken_at
+), slot_free AS (
+  DELETE FROM running_slots r USING moved m WHERE m.slot_free AND r.session_key = m.key
+), hooks AS (
+  INSERT INTO webhook_deliveries (id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, next_attempt_at)
+  SELECT ${DELIVERY_ID_SQL}, w.id, m.wh_type, m.id, m.wh_turn, m.wh_seq, m.wh_extra, m.wh_time, $62, $62
+  FROM moved m JOIN webhooks w ON w.tenant_id = m.tenant_id AND m.wh_type = ANY(w.events)
+  WHERE m.wh_type IS NOT NULL
+), pending_ins AS (
+  INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at)
+  SELECT m.key, p.call_id, p.kind, p.name, p.arguments, $62 FROM unnest($51::int[], $52::text[], $53::text[], $54::text[], $55::text[]) AS p(ord, call_id, kind, name, arguments)
+  JOIN moved m ON m.ord = p.ord
+  ON CONFLICT (session_key, call_id) DO UPDATE SET kind = EXCLUDED.kind, answered = false, answer = NULL
+), pending_del AS (
+  DELETE FROM pending_calls c USING unnest($56::int[], $57::text[]) AS d(ord, call_id), moved m WHERE m.ord = d.ord AND c.session_key = m.key AND c.call_id = d.call_id
+), idem AS (
+  INSERT INTO idempotency (session_key, message_id, route, body_hash, seq, created_at)
+  SELECT m.key, i.message_id, i.route, i.body_hash, i.seq, $62 FROM unnest($58::int[], $59::text[], $60::text[], $61::text[], $63::int[]) AS i(ord, message_id, route, body_hash, seq)
+  JOIN moved m ON m.ord = i.ord
+)
+SELECT m.ord AS u, m.run_state, m.cancel_pending, m.wake_latched, coalesce(n.n, 0) AS n,
+  CASE WHEN m.wh_type IS NULL THEN 0 ELSE (SELECT count(*)::int FROM webhooks w WHERE w.tenant_id = m.tenant_id AND m.wh_type = ANY(w.events)) END AS w
+FROM moved m LEFT JOIN (SELECT session_key, count(*)::int AS n FROM ins GROUP BY session_key) n ON n.session_key = m.key`)
+
+/** The flag columns of a unit's expectation, in the statement's order. */
+const FLAGS = ['runState', 'cancelPending', 'wakeLatched'] as const
 
 /**
- * One unit's CTEs (u<i>m: the row move, u<i>e: the events, u<i>l: its ledger rows), its rows of the
- * group's period totals and its row of the result, numbered into `params`.
+ * Whether a unit's side rows have a place in the group's statement: at most one webhook delivery,
+ * at most one of slot take and free, pending inserts, pending deletes by call id, idempotency
+ * records (its settlements are GroupUnit.usage). Any other unit (crash repair's delete of every
+ * pending call, a kind without an array form) commits alone, in its own statement as before.
  */
-function unitSql(i: number, u: GroupUnit, params: unknown[]): { ctes: string; select: string; totals?: string } {
-  params.push(u.key, u.expect.nextSeq)
-  const k = `$${params.length - 1}`
-  let where = `key = ${k} AND next_seq = $${params.length}`
-  if (u.expect.lease) {
-    params.push(u.expect.lease.owner, u.expect.lease.token)
-    where += ` AND lease_owner = $${params.length - 1} AND lease_token = $${params.length}`
+export function groupable(u: GroupUnit): boolean {
+  let hooks = 0
+  let slots = 0
+  for (const r of u.side ?? []) {
+    switch (r.kind) {
+      case 'webhook':
+        hooks++
+        break
+      case 'slot-take':
+      case 'slot-free':
+        slots++
+        break
+      case 'pending-insert':
+      case 'idempotency':
+        break
+      case 'pending-delete':
+        if (r.callIds === undefined) return false
+        break
+      default:
+        return false
+    }
   }
-  for (const [f, v] of Object.entries(u.expect.flags ?? {})) {
-    if (v === undefined) continue
-    params.push(v)
-    where += ` AND ${COLUMN[f as keyof typeof COLUMN]} = $${params.length}`
-  }
-  const side = u.side ?? []
-  for (const g of sideGuards(side)) where += ` AND ${g}`
-  const last = u.events[u.events.length - 1]
-  const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, u.patch, params)
-  params.push(u.events.map((e) => e.seq), u.events.map((e) => e.time), u.events.map((e) => e.type), u.events.map((e) => e.json))
-  const n = params.length
-  let ctes = `u${i}m AS (UPDATE sessions SET ${sets.join(', ')} WHERE ${where} RETURNING run_state, cancel_pending, wake_latched),
-     u${i}e AS (INSERT INTO session_events (session_key, seq, time, type, body)
-       SELECT ${k}, e.seq, e.time, e.type, e.body FROM unnest($${n - 3}::int[], $${n - 2}::bigint[], $${n - 1}::text[], $${n}::text[]) AS e(seq, time, type, body)
-       WHERE EXISTS (SELECT 1 FROM u${i}m) RETURNING 1)`
-  const sides = sideCtes(side, params, { moved: `u${i}m`, key: k, prefix: `u${i}s` })
-  ctes += sides.sql
-  const w = sides.counted.length ? sides.counted.map((c) => `(SELECT count(*)::int FROM ${c})`).join(' + ') : '0'
-  let totals: string | undefined
-  if (u.usage?.length) {
-    const moved = `EXISTS (SELECT 1 FROM u${i}m)`
-    // the ledger statement of usage.ts, on this unit's key; its totals statement is replaced by the group's
-    ctes += `,
-     u${i}l AS (${ledgerSql(u.usage, params, moved, k)})`
-    const list = usagePeriods(u.usage)
-    params.push(list.map(([p]) => p), list.map(([, p]) => p.tokens), list.map(([, p]) => p.costUsd))
-    const m = params.length
-    totals = `SELECT ${k}::uuid AS key, p.period, p.tokens, p.cost FROM unnest($${m - 2}::text[], $${m - 1}::bigint[], $${m}::float8[]) AS p(period, tokens, cost) WHERE ${moved}`
-  }
-  return { ctes, totals, select: `SELECT ${i} AS u, m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM u${i}e) AS n, ${w} AS w FROM u${i}m m` }
+  return hooks <= 1 && slots <= 1
 }
 
-/** The group's period totals: one upsert of the sums, per tenant and period, over the units that moved. */
-function totalsCte(parts: ReadonlyArray<{ totals?: string }>): string {
-  const rows = parts.flatMap((p) => (p.totals ? [p.totals] : []))
-  if (!rows.length) return ''
-  return `,
-     totals AS (${totalsUpsert(`SELECT s.tenant_id, t.period, sum(t.tokens), sum(t.cost) FROM (${rows.join(' UNION ALL ')}) AS t JOIN sessions s ON s.key = t.key
-       GROUP BY s.tenant_id, t.period`)})`
+/** The group's parameters: the units' columns, then their events and side rows, each tagged with its unit's ordinal. */
+function groupParams(units: readonly GroupUnit[]): unknown[] {
+  // cols[i] is parameter $(i + 1); $62, the time side rows are stamped with, is one scalar for the group
+  const cols: unknown[][] = Array.from({ length: 63 }, () => [])
+  const push = (from: number, ...values: unknown[]) => values.forEach((x, i) => cols[from + i].push(x))
+  units.forEach((u, i) => {
+    const ord = i + 1
+    const last = u.events[u.events.length - 1]
+    const p = u.patch
+    const f = u.expect.flags ?? {}
+    const side = u.side ?? []
+    const hook = side.find((r): r is Extract<SideRow, { kind: 'webhook' }> => r.kind === 'webhook')
+    const slotTake = side.some((r) => r.kind === 'slot-take')
+    const wakeMode = p.runState !== undefined && p.runState !== 'idle' ? (p.openTurn === null ? 1 : 2) : 0
+    const usage = p.usage
+    // $1–$32: the unit
+    push(0, u.key, u.expect.nextSeq, u.expect.lease?.owner ?? null, u.expect.lease?.token ?? null)
+    push(4, ...FLAGS.map((k) => f[k] ?? null), slotTake, last.seq + 1, last.time)
+    push(10, p.inbox ? JSON.stringify(p.inbox) : null, p.openTurn !== undefined, p.openTurn ?? null, p.runState ?? null, wakeMode, p.cancelPending ?? null, p.wakeLatched ?? null)
+    push(17, p.lastTurn ? JSON.stringify(p.lastTurn) : null, p.continueTurn !== undefined, p.continueTurn ?? null)
+    push(20, usage?.inputTokens ?? 0, usage?.outputTokens ?? 0, usage?.cacheReadTokens ?? 0, usage?.cacheWriteTokens ?? 0, usage?.costUsd ?? 0)
+    push(25, slotTake, side.some((r) => r.kind === 'slot-free'))
+    push(27, hook?.event.type ?? null, hook?.event.turn ?? null, hook?.event.seq ?? null, hook ? JSON.stringify(hook.event.extra) : null, hook?.event.time ?? null)
+    // $33–$37: its events
+    for (const e of u.events) push(32, ord, e.seq, e.time, e.type, e.json)
+    // $38–$50: its settlements (ledger rows, period amounts)
+    for (const e of u.usage ?? []) push(37, ord, e.day, e.model, e.usage.inputTokens, e.usage.outputTokens, e.usage.cacheReadTokens, e.usage.cacheWriteTokens, e.usage.costUsd, e.attempts)
+    for (const [period, a] of usagePeriods(u.usage ?? [])) push(46, ord, period, a.tokens, a.costUsd)
+    // $51–$61, $63: its pending calls and idempotency records
+    for (const r of side) {
+      if (r.kind === 'pending-insert') push(50, ord, r.call.callId, r.call.kind, r.call.name, r.call.arguments)
+      else if (r.kind === 'pending-delete') for (const id of r.callIds ?? []) push(55, ord, id)
+      else if (r.kind === 'idempotency') {
+        push(57, ord, r.messageId, r.route, r.bodyHash)
+        cols[62].push(r.seq)
+      }
+    }
+  })
+  const params: unknown[] = cols
+  params[61] = Date.now()
+  return params
 }
 
 interface Waiting {
@@ -157,19 +253,22 @@ class GroupCommitter {
     }
   }
 
-  private async run(group: Waiting[]): Promise<void> {
-    if (group.length === 1) {
-      const [w] = group
-      await this.single(w.unit).then(w.resolve, w.reject)
-      return
-    }
+  private async run(all: Waiting[]): Promise<void> {
+    // a unit without a place in the statement commits alone, beside the group
+    const alone = all.filter((w) => !groupable(w.unit))
+    const group = alone.length ? all.filter((w) => groupable(w.unit)) : all
+    if (group.length <= 1) alone.push(...group.splice(0))
+    const singles = Promise.all(alone.map((w) => this.single(w.unit).then(w.resolve, w.reject)))
+    if (group.length) await this.grouped(group)
+    await singles
+  }
+
+  private async grouped(group: Waiting[]): Promise<void> {
     // a fixed lock order across groups
     group.sort((a, b) => (a.unit.key < b.unit.key ? -1 : a.unit.key > b.unit.key ? 1 : 0))
-    const params: unknown[] = []
-    const parts = group.map((w, i) => unitSql(i, w.unit, params))
     let result: QueryResult<{ u: number; run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number; w: number }>
     try {
-      result = await this.db.query(`WITH ${parts.map((p) => p.ctes).join(',\n     ')}${totalsCte(parts)}\n     ${parts.map((p) => p.select).join('\n     UNION ALL ')}`, params)
+      result = await this.db.query(GROUP_SQL, groupParams(group.map((w) => w.unit)))
     } catch (e) {
       if (e instanceof DbUnavailableError) {
         for (const w of group) w.reject(e)
@@ -181,7 +280,7 @@ class GroupCommitter {
     }
     const byUnit = new Map(result.rows.map((r) => [Number(r.u), r]))
     group.forEach((w, i) => {
-      const r = byUnit.get(i)
+      const r = byUnit.get(i + 1)
       if (r?.w) markDeliveries(w.unit.key, r.w)
       w.resolve(r ? { runState: r.run_state, cancelPending: r.cancel_pending, wakeLatched: r.wake_latched, n: r.n } : null)
     })

@@ -14,9 +14,10 @@ export class SlotUnavailableError extends Error {
 
 /**
  * The fast path's condition on the row move of a unit that takes a slot: only a tenant without a
- * limit takes one without looking; any other unit takes the locked path (takeSlotLocked).
+ * limit takes one without looking; any other unit takes the locked path (takeSlotLocked). `sessions`
+ * names the updated sessions row (its alias in group.ts).
  */
-export const slotTakeGuard = (): string => 'NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = sessions.tenant_id AND t.max_running_sessions IS NOT NULL)'
+export const slotTakeGuard = (sessions = 'sessions'): string => `NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = ${sessions}.tenant_id AND t.max_running_sessions IS NOT NULL)`
 
 /** Side row (side.ts), fast path: the slot of a tenant without a limit. */
 export function slotTakeSql(params: unknown[], when: string, key = '$1'): string {

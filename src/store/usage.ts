@@ -26,11 +26,19 @@ export function ledgerSql(entries: readonly LedgerEntry[], params: unknown[], wh
     params.push(entries.map(f))
     return `$${params.length}`
   }
-  return `INSERT INTO usage_ledger (tenant_id, day, model, session_key, session_id, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, attempts)
-     SELECT s.tenant_id, e.day::date, e.model, s.key, s.id, e.i, e.o, e.cr, e.cw, e.c, e.a
+  return ledgerUpsert(`SELECT s.tenant_id, e.day::date, e.model, s.key, s.id, e.i, e.o, e.cr, e.cw, e.c, e.a
      FROM sessions s, unnest(${col((e) => e.day)}::text[], ${col((e) => e.model)}::text[], ${col((e) => e.usage.inputTokens)}::bigint[], ${col((e) => e.usage.outputTokens)}::bigint[],
        ${col((e) => e.usage.cacheReadTokens)}::bigint[], ${col((e) => e.usage.cacheWriteTokens)}::bigint[], ${col((e) => e.usage.costUsd)}::float8[], ${col((e) => e.attempts)}::int[]) AS e(day, model, i, o, cr, cw, c, a)
-     WHERE s.key = ${key} AND ${when}
+     WHERE s.key = ${key} AND ${when}`)
+}
+
+/**
+ * The one statement that adds to the ledger, from `rows` (a SELECT of tenant_id, day, model,
+ * session_key, session_id and the amounts, distinct by the ledger's key): usageSql's and group.ts's.
+ */
+export function ledgerUpsert(rows: string): string {
+  return `INSERT INTO usage_ledger (tenant_id, day, model, session_key, session_id, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, attempts)
+     ${rows}
      ON CONFLICT (tenant_id, day, model, session_key) DO UPDATE SET
        input_tokens = usage_ledger.input_tokens + EXCLUDED.input_tokens, output_tokens = usage_ledger.output_tokens + EXCLUDED.output_tokens,
        cache_read_tokens = usage_ledger.cache_read_tokens + EXCLUDED.cache_read_tokens, cache_write_tokens = usage_ledger.cache_write_tokens + EXCLUDED.cache_write_tokens,

@@ -96,7 +96,8 @@ const toDelivery = (r: RawDelivery): DeliveryRow => ({
 })
 
 /** A delivery id: also the `webhook-id` header, the same on every retry. */
-const DELIVERY_ID_SQL = `'msg_' || replace(gen_random_uuid()::text, '-', '')`
+/** a new delivery's id, made by the database (group.ts writes deliveries too) */
+export const DELIVERY_ID_SQL = `'msg_' || replace(gen_random_uuid()::text, '-', '')`
 
 /**
  * Side row (side.ts): one delivery for each of the session's tenant's webhooks subscribed to the

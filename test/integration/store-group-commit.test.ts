@@ -6,18 +6,20 @@
 import crypto from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import type { Draft } from '../../src/session/index.js'
-import { appendConditional, budgetState, insertSession, lockLean, webhooks, NOW_MS, openPg, readEvents, stamp, type Db, type SideRow } from '../../src/store/index.js'
+import { appendConditional, budgetState, insertSession, lockLean, webhooks, NOW_MS, openPg, readEvents, stamp, type Db, type RowPatch, type SideRow } from '../../src/store/index.js'
 import { DB_KINDS, openTestDb, tenantDb } from '../helpers/db.js'
 
 const note = (text: string): Draft => ({ type: 'test/note', data: { text } })
 
 /** The same database, counting the statements it is sent. */
-function counting(db: Db): { db: Db; statements: () => number } {
+function counting(db: Db): { db: Db; statements: () => number; texts: string[] } {
   let n = 0
+  const texts: string[] = []
   const wrapped: Db = {
     kind: db.kind,
     query: (sql, params) => {
       n++
+      texts.push(sql)
       return db.query(sql, params)
     },
     transaction: (fn) => db.transaction(fn),
@@ -25,7 +27,7 @@ function counting(db: Db): { db: Db; statements: () => number } {
     withConnection: (fn) => db.withConnection(fn),
     close: () => db.close(),
   }
-  return { db: wrapped, statements: () => n }
+  return { db: wrapped, statements: () => n, texts }
 }
 
 describe.each(DB_KINDS)('group commit on %s', (kind) => {
@@ -138,6 +140,83 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
       const hooks = await count('SELECT count(*)::int AS n FROM webhook_deliveries d JOIN sessions s ON s.id = d.session_id WHERE s.key = $1', k)
       expect({ i, slots, pending, idem, hooks }).toEqual({ i, slots: i % 4 === 0 ? 1 : 0, pending: i % 4 === 1 ? 1 : 0, idem: i % 4 === 1 ? 1 : 0, hooks: i % 4 === 0 ? 1 : 0 })
     }
+  })
+
+  it('every row patch a unit can carry is written in a group exactly as by the unit alone', async () => {
+    const inbox = { nextTurn: [], nextStep: [{ id: 'm1', role: 'user' as const, content: [{ type: 'text' as const, text: 'x' }], source: { kind: 'user' as const } }] }
+    const patches: RowPatch[] = [
+      { runState: 'running', openTurn: 3 },
+      { runState: 'wanted', openTurn: null, cancelPending: true },
+      { runState: 'idle', openTurn: null, wakeLatched: true, lastTurn: { turn: 2, reason: { kind: 'completed' }, time: 1_700_000_000_002 } },
+      { inbox: inbox as never, continueTurn: 4 },
+      { continueTurn: null, usage: { inputTokens: 7, outputTokens: 3, cacheReadTokens: 2, cacheWriteTokens: 1, costUsd: 0.25 } },
+      {},
+    ]
+    const row = (key: string) =>
+      env.db.query<Record<string, unknown>>(
+        `SELECT next_seq, last_time, updated_at, inbox, open_turn, run_state, cancel_pending, wake_latched, last_turn, continue_turn,
+           input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, wake_seq IS NOT NULL AS has_wake_seq FROM sessions WHERE key = $1`,
+        [key],
+      )
+    const put = (db: Db, key: string, p: RowPatch) => appendConditional(db, key, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note('p'), note('q')], 1_700_000_000_001), p)
+    // alone: one at a time, so no two units share a statement
+    // the first starts idle: leaving idle draws a place in the wake order (wake_seq)
+    const prepare = (k: string, i: number) => env.db.query('UPDATE sessions SET open_turn = 9, continue_turn = 8, run_state = $2 WHERE key = $1', [k, i === 0 ? 'idle' : 'running'])
+    const alone: string[] = []
+    for (const [i, p] of patches.entries()) {
+      const k = await newSession()
+      await prepare(k, i)
+      await put(env.db, k, p)
+      alone.push(k)
+    }
+    const grouped = await Promise.all(patches.map(() => newSession()))
+    for (const [i, k] of grouped.entries()) await prepare(k, i)
+    const c = counting(env.db)
+    await Promise.all(grouped.map((k, i) => put(c.db, k, patches[i])))
+    expect(c.statements()).toBeLessThan(patches.length)
+    for (const [i, p] of patches.entries()) {
+      const [a, g] = [(await row(alone[i])).rows[0], (await row(grouped[i])).rows[0]]
+      expect({ i, ...g }).toEqual({ i, ...a })
+      expect(g).toMatchObject({ next_seq: 2, open_turn: p.openTurn === undefined ? 9 : p.openTurn, continue_turn: p.continueTurn === undefined ? 8 : p.continueTurn })
+      expect(await texts(grouped[i])).toEqual([
+        [0, 'p'],
+        [1, 'q'],
+      ])
+    }
+  })
+
+  it('a group is ONE fixed statement text whatever its units carry, so PostgreSQL prepares it once', async () => {
+    const run = async (side: (i: number, key: string) => SideRow[]) => {
+      const keys = await Promise.all(Array.from({ length: 6 }, () => newSession()))
+      const { db, texts } = counting(env.db)
+      await Promise.all(keys.map((k, i) => appendConditional(db, k, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note(`u ${i}`)], 1_700_000_000_001), { runState: 'running' }, side(i, k))))
+      expect(texts).toHaveLength(1)
+      return texts[0]
+    }
+    const plain = await run(() => [])
+    const mixed = await run((i, k) => (i % 2 ? [{ kind: 'slot-take' }, { kind: 'pending-insert', call: { callId: `c-${k}`, kind: 'client', name: 'c', arguments: '{}' } }] : [{ kind: 'idempotency', messageId: `m-${k}`, route: 'steer', bodyHash: 'b', seq: 0 }]))
+    expect(mixed).toBe(plain)
+  })
+
+  it("a unit's pending deletes by call id remove only its own session's rows", async () => {
+    const keys = await Promise.all(Array.from({ length: 4 }, () => newSession()))
+    for (const k of keys) for (const id of ['a', 'b']) await env.db.query("INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at) VALUES ($1, $2, 'client', 'c', '{}', 1)", [k, id])
+    const out = await Promise.all(keys.map((k, i) => appendConditional(env.db, k, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note(`d ${i}`)], 1_700_000_000_001), {}, i === 3 ? [] : [{ kind: 'pending-delete', callIds: i === 0 ? ['a'] : ['a', 'b'] }])))
+    expect(out.every((r) => r !== null)).toBe(true)
+    const left = async (k: string) => (await env.db.query<{ call_id: string }>('SELECT call_id FROM pending_calls WHERE session_key = $1 ORDER BY call_id', [k])).rows.map((r) => r.call_id)
+    expect(await Promise.all(keys.map(left))).toEqual([['b'], [], [], ['a', 'b']])
+  })
+
+  it('a unit whose side rows have no place in the group commits alone beside it, and is written all the same', async () => {
+    const keys = await Promise.all(Array.from({ length: 6 }, () => newSession()))
+    for (const id of ['a', 'b']) await env.db.query("INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at) VALUES ($1, $2, 'client', 'c', '{}', 1)", [keys[2], id])
+    const c = counting(env.db)
+    // crash repair's delete of every pending call has no array form
+    const out = await Promise.all(keys.map((k, i) => appendConditional(c.db, k, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note(`r ${i}`)], 1_700_000_000_001), {}, i === 2 ? [{ kind: 'pending-delete' }] : [])))
+    expect(out.every((r) => r !== null)).toBe(true)
+    expect(c.statements()).toBe(2)
+    for (const [i, k] of keys.entries()) expect(await texts(k)).toEqual([[0, `r ${i}`]])
+    expect((await env.db.query('SELECT 1 FROM pending_calls WHERE session_key = $1', [keys[2]])).rowCount).toBe(0)
   })
 
   it("settlements of one tenant's sessions group too: each session's ledger rows, and the period totals summed once over the units that moved", async () => {
