@@ -6,11 +6,13 @@
 import { assembleBlocks, assertLosslessJson, deepFreeze, errorChain, interruptedPrefix, newMessageId, type AssistantMessage, type ContentBlock, type Draft, type Json, type LlmCallConfig, type LlmFailure, type StreamChunk } from '../session/index.js'
 import type { TrackedAttempt } from '../bus/index.js'
 import { LlmError, type LlmRequest, type PreparedCall, type RetryPolicy } from '../llm/index.js'
+import type { RowPatch } from '../store/index.js'
 import { planAdmission, proposeConfig, type Proposal } from './admission.js'
-import { FatalAppend, type TurnContext } from './context.js'
+import { FatalAppend, type TurnContext, type TurnEnded } from './context.js'
 import { AbortedError, TurnLlmError } from './errors.js'
 import { LeaseLostError, type UnitBuilder } from './log.js'
 import { addFirstCall, callCommitted, type AppendedCall } from './tool-effects.js'
+import { addStepEnd } from './ends.js'
 
 /** Process-local marker of loop requests (SPEC §7.6). */
 export const LOOP_REQUEST = Symbol.for('agentd.loopRequest')
@@ -157,7 +159,7 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
   const assembled = assembleBlocks(live.chunks)
   const success = finished && (assembled.finish?.kind === 'stop' || assembled.finish?.kind === 'tool-calls' || assembled.finish?.kind === 'max-tokens')
   const { provider, model } = config
-  const settle = async (type: 'assistant/message' | 'assistant/attempt', data: Record<string, unknown>, more?: (u: UnitBuilder) => void) => {
+  const settle = async (type: 'assistant/message' | 'assistant/attempt', data: Record<string, unknown>, more?: (u: UnitBuilder) => RowPatch | void) => {
     // the end frame follows the settlement's publication and precedes what rode in its unit
     let ended = false
     try {
@@ -169,8 +171,8 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
       await tc.log.commit<number>(
         (u) => {
           const seq = u.add(draft).seq
-          more?.(u)
-          return { value: seq }
+          const patch = more?.(u)
+          return { value: seq, ...(patch ? { patch } : {}) }
         },
         { afterFirst: end },
       )
@@ -203,10 +205,23 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
     return { kind: 'failed', failure, provider, retryPolicy: prepared?.retryPolicy }
   }
   const message = assistant(assembled.content, provider, model, assembled.replayState)
+  const finish = assembled.finish!.kind
   let appended: AppendedCall | undefined
-  await settle('assistant/message', { turn, step, message, stream, ...usage }, (u) => void (appended = addFirstCall(tc, u, message, proposal.mcpTools)))
+  let ended: TurnEnded | undefined
+  await settle('assistant/message', { turn, step, message, stream, ...usage }, (u) => {
+    appended = addFirstCall(tc, u, message, proposal.mcpTools)
+    ended = undefined
+    // a message without calls closes its step, and nothing runs between them (SPEC §6.2): its
+    // step/end rides with it, and the turn/end too when the turn ends there (ends.ts)
+    if (!message.content.some((b) => b.type === 'tool-call')) {
+      const end = addStepEnd(tc, u, finish === 'max-tokens' ? 'max-tokens' : 'completed')
+      ended = end.ended
+      return end.patch
+    }
+  })
   if (appended) callCommitted(tc, appended)
-  return { kind: 'message', message, finish: assembled.finish!.kind, ...(appended ? { appended } : {}) }
+  tc.ended = ended
+  return { kind: 'message', message, finish, ...(appended ? { appended } : {}) }
 }
 
 function assistant(content: ContentBlock[], provider: string, model: string, replayState: Json | undefined): AssistantMessage {

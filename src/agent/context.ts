@@ -7,7 +7,7 @@ import type { LiveAttempts } from '../bus/index.js'
 import type { Hooks } from '../hooks/index.js'
 import type { LlmService } from '../llm/index.js'
 import type { Metrics } from '../metrics.js'
-import { errorChain, type AgentCancelCause, type LlmFailure, type SessionState } from '../session/index.js'
+import { errorChain, type AgentCancelCause, type LlmFailure, type SessionState, type TurnEndReason } from '../session/index.js'
 import type { Db, RowPatch, StoredEvent } from '../store/index.js'
 import type { HostPolicy, McpClients, McpServerSpec, SecretResolver, ToolRegistry, ToolSpec } from '../tools/index.js'
 import { AbortedError } from './errors.js'
@@ -142,6 +142,15 @@ export class Abort {
   }
 }
 
+/** What the driver does after a turn: the next turn, a latched wake's turn, or idle. */
+export type AfterTurn = 'idle' | 'continue' | 'latched'
+
+/** A turn's end as the unit that wrote its turn/end decided it. */
+export interface TurnEnded {
+  reason: TurnEndReason
+  after: AfterTurn
+}
+
 /** Where a turn stands, and what each of its parts uses; passed down instead of (turn, step, signal, …). */
 export interface TurnContext {
   readonly loop: Loop
@@ -156,6 +165,10 @@ export interface TurnContext {
    * with the step/end of a step that failed before admission (turn.ts closeStep).
    */
   unwrittenStart?: { turn: number; step: number }
+  /** SPEC §6.4: a step of the turn stopped at max-tokens (sticky within the turn) */
+  sawMaxTokens: boolean
+  /** set when the last step's settlement also wrote its step/end and the turn/end (turn.ts settleEnds) */
+  ended?: TurnEnded
   readonly abort: Abort
   readonly signal: AbortSignal
   readonly log: UnitLog
@@ -164,7 +177,7 @@ export interface TurnContext {
 }
 
 export function turnContext(loop: Loop, abort: Abort, turn: number, continues?: number): TurnContext {
-  return { loop, turn, ...(continues !== undefined ? { continues } : {}), step: 0, abort, signal: abort.signal, log: loop.log, hooks: loop.hooks, notify: loop.notify }
+  return { loop, turn, ...(continues !== undefined ? { continues } : {}), step: 0, sawMaxTokens: false, abort, signal: abort.signal, log: loop.log, hooks: loop.hooks, notify: loop.notify }
 }
 
 /** A closer that failed to commit: this process can no longer append (SPEC §5.7). */

@@ -5,7 +5,8 @@
 
 import { errorChain, hasPending, planClaim, type InboxTarget, type Json, type LlmFailure, type TurnEndReason, type UserMessage } from '../session/index.js'
 import { SlotUnavailableError, type RowPatch } from '../store/index.js'
-import { closer, FatalAppend, turnContext, type Loop, type TurnContext } from './context.js'
+import { closer, FatalAppend, turnContext, type AfterTurn, type Loop, type TurnContext, type TurnEnded } from './context.js'
+import { addStepEnd, endOfTurn } from './ends.js'
 import { TurnLlmError } from './errors.js'
 import type { UnitBuilder } from './log.js'
 import type { Phase, Phases } from './phases.js'
@@ -22,8 +23,6 @@ export interface OpenedTurn {
   /** SPEC §19.3: the crash-interrupted turn this one continues */
   continues?: number
 }
-
-type AfterTurn = 'idle' | 'continue' | 'latched'
 
 /** What the driver needs of its Agent (agent.ts). */
 export interface DriverControl {
@@ -166,14 +165,13 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
   const metrics = loop.services.metrics
   const started = process.hrtime.bigint()
   let reason: TurnEndReason | null = null
-  let sawMaxTokens = false
   let stopped = false
   let park = false
   let exception = false
   let target: InboxTarget = 'next-turn'
   let claimed: UserMessage[] | undefined = firstClaim
-  /** set when the last step's step/end unit also ended the turn (closeStep) */
-  let ended: { reason: TurnEndReason; after: AfterTurn } | undefined
+  /** set when the last step's step/end unit also ended the turn (its settlement's, or closeStep's) */
+  let ended: TurnEnded | undefined
   try {
     for (;;) {
       tc.abort.check()
@@ -203,14 +201,16 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
       try {
         result = await runStep(tc, p)
       } finally {
-        // the folded state knows whether a unit closed the step already (the last tool/result's may)
-        if (loop.state.openStep !== null || tc.unwrittenStart) ended = await closeStep(tc, result, sawMaxTokens)
+        // the folded state knows whether a unit closed the step already (the last tool/result's or the
+        // settlement's may; the settlement's may have ended the turn too)
+        if (tc.ended) ended = tc.ended
+        else if (loop.state.openStep !== null || tc.unwrittenStart) ended = await closeStep(tc, result)
       }
       if (ended) {
         reason = ended.reason
         break
       }
-      if (result === 'max-tokens') sawMaxTokens = true
+      if (result === 'max-tokens') tc.sawMaxTokens = true
       stopped = result !== 'continue'
       tc.abort.check()
       if (stopped && loop.state.inbox.nextStep.length === 0) {
@@ -220,7 +220,7 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
       if (stopped && loop.state.inbox.nextStep.length === 0) break
       target = 'next-step'
     }
-    if (reason === null) reason = sawMaxTokens ? { kind: 'max-tokens' } : { kind: 'completed' }
+    if (reason === null) reason = tc.sawMaxTokens ? { kind: 'max-tokens' } : { kind: 'completed' }
   } catch (e) {
     if (e instanceof FatalAppend) throw e.error
     exception = true
@@ -247,42 +247,19 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
 }
 
 /**
- * The open step's step/end (SPEC §6.2: `finally: append step/end`). When the step stopped naturally
- * and the turn therefore ends right after — next-step empty, no agent/turn-stopping listener to
- * await, no cancellation — nothing foreign runs between step/end and turn/end, so both go in ONE
- * unit with the exit decision: one round trip fewer per turn, the same events in the same order.
- * Decided in the build, against the state the unit is written on (a delivery that committed
- * meanwhile makes the fenced append read it, and the turn goes on). Returns the turn's end when
- * the unit ended it.
+ * The open step's step/end (SPEC §6.2: `finally: append step/end`), with the turn/end when the turn
+ * ends right after (ends.ts addStepEnd): one round trip fewer per turn, the same events in the same
+ * order. Returns the turn's end when the unit ended it.
  */
-async function closeStep(tc: TurnContext, result: StepResult | undefined, sawMaxTokens: boolean): Promise<{ reason: TurnEndReason; after: AfterTurn } | undefined> {
-  const { loop, turn } = tc
+async function closeStep(tc: TurnContext, result: StepResult | undefined): Promise<TurnEnded | undefined> {
   const r = await closer(() =>
-    tc.log.commit<{ reason: TurnEndReason; after: AfterTurn } | undefined>((u) => {
+    tc.log.commit<TurnEnded | undefined>((u) => {
       // a step that failed before its admission: its step/start first (SPEC §6.5: boundaries pair)
       if (tc.unwrittenStart) u.add({ type: 'step/start', data: tc.unwrittenStart })
-      u.add({ type: 'step/end', data: { turn, step: tc.step } })
-      const endsTurn = result !== undefined && result !== 'continue' && !tc.signal.aborted && loop.state.inbox.nextStep.length === 0 && tc.hooks.count('agent/turn-stopping') === 0
-      if (!endsTurn) return {}
-      const reason: TurnEndReason = sawMaxTokens || result === 'max-tokens' ? { kind: 'max-tokens' } : { kind: 'completed' }
-      u.add({ type: 'turn/end', data: { turn, reason } as unknown as Json })
-      const end = endOfTurn(tc, u, false)
-      return { patch: end.patch, value: { reason, after: end.value } }
+      const end = addStepEnd(tc, u, result)
+      return { patch: end.patch, value: end.ended }
     }),
   )
   tc.unwrittenStart = undefined
   return r.value
-}
-
-/**
- * The driver's exit decision, made under the row lock with the turn/end (so no delivery can slip
- * between "nothing pending" and "idle"): continue with pending work, honour a latched wake, or go idle.
- */
-function endOfTurn(tc: TurnContext, u: UnitBuilder, stop: boolean): { patch: RowPatch; value: AfterTurn } {
-  const work = hasPending(tc.loop.state.inbox)
-  const clear = { cancelPending: false, wakeLatched: false }
-  if (tc.loop.disposed) return { patch: { ...clear, runState: work ? 'wanted' : 'idle' }, value: 'idle' }
-  if (!stop && work && !u.row.cancelPending && !tc.abort.aborted) return { patch: { ...clear, runState: 'running' }, value: 'continue' }
-  if (u.row.wakeLatched && work && !tc.abort.disposing) return { patch: { ...clear, runState: 'running' }, value: 'latched' }
-  return { patch: { ...clear, runState: 'idle' }, value: 'idle' }
 }

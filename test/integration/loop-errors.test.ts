@@ -277,7 +277,11 @@ describe.each(DB_KINDS)('SPEC §16.6 and §16.8 on %s', (kind) => {
       await until('the Agent to stop', () => t.app.host!.agent(key) !== first, 10000)
       // … and whoever takes it next repairs the open turn before anything else
       const evs = await t.waitFor(s.id, (e) => e.type === 'session/end-seed', 10000)
-      expect(types(evs).slice(-4)).toEqual(['assistant/message', 'step/end', 'turn/end', 'session/end-seed'])
+      // the answer's unit carried the turn/end, so it was rejected with it (a rejected settlement
+      // writes nothing, SPEC §9.3); the turn failed, its step/end committed and its turn/end, a
+      // closer, was rejected again: the Agent stopped, and repair closed the turn
+      expect(types(evs).slice(-4)).toEqual(['request/context', 'step/end', 'turn/end', 'session/end-seed'])
+      expect(ofType(evs, 'assistant/message')).toHaveLength(0)
       expect(d(turnEnd(evs, 1)).reason).toEqual({ kind: 'interrupted' })
       expect(ofType(evs, 'turn/end')).toHaveLength(1)
       expectValidLog(evs)

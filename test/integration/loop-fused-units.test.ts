@@ -5,8 +5,10 @@
 //  - an approval-always call's tool/call and its pending row, when no tools/pre-execute listener
 //    could decide otherwise (the call is pending as soon as it is visible);
 //  - the batch's last tool/result and its step's step/end (nothing runs after the last result);
+//  - a settled assistant/message without calls and its step's step/end (nothing runs between them);
 //  - a stopping step's step/end and the turn/end, when next-step is empty and no agent/turn-stopping
-//    listener is registered (nothing is awaited between them).
+//    listener is registered (nothing is awaited between them) — so a turn's last settlement carries
+//    both.
 // Rows written by one statement share their transaction id (xmin); every other unit has its own.
 // The log itself is the one SPEC describes, event for event; listeners of those hooks, a tool's
 // additional contexts or a steer that is pending keep the units apart, and the turn goes on as before.
@@ -97,8 +99,8 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
       'tool/result + step/end',
       // the second step admits nothing new: its step/start is the admission unit
       'step/start',
-      'assistant/message',
-      'step/end + turn/end',
+      // the answer closes the step and the turn
+      'assistant/message + step/end + turn/end',
     ])
     const end = log.at(-1)!
     expect(end).toMatchObject({ type: 'turn/end', data: { turn: 1, reason: { kind: 'completed' } } })
@@ -158,8 +160,7 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
       'assistant/message + tool/call',
       'tool/result + step/end',
       'step/start',
-      'assistant/message',
-      'step/end + turn/end',
+      'assistant/message + step/end + turn/end',
     ])
   })
 
@@ -185,7 +186,9 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
     expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'again' })).status).toBe(202)
     await t.waitIdle(s.id)
     expectValidLog((await t.events(s.id)) as Ev[])
-    expect(units(await writes(t, s.id)).at(-3)).toMatch(/^step\/start \+ system\/message \+ user\/message/)
+    const next = units(await writes(t, s.id))
+    expect(next.at(-2)).toMatch(/^step\/start \+ system\/message \+ user\/message/)
+    expect(next.at(-1)).toBe('assistant/message + step/end + turn/end')
   })
 
   it("an approval-always call's pending row is written with its tool/call; approving it runs the call", async () => {
@@ -259,7 +262,8 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
   it('an agent/turn-stopping listener runs between the step/end and the turn/end, which stay apart', async () => {
     const seen: string[][] = []
     const { u } = await runToolTurn(kind, 'ping', [stoppingListener(seen)])
-    expect(u.slice(-3)).toEqual(['assistant/message', 'step/end', 'turn/end'])
+    // the answer still carries its step/end; the listener runs before the turn/end
+    expect(u.slice(-2)).toEqual(['assistant/message + step/end', 'turn/end'])
     // the tool step still closes with its result: no listener runs between them
     expect(u).toContain('tool/result + step/end')
     expect(seen).toHaveLength(1)
@@ -270,7 +274,7 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
     const { log, u } = await runToolTurn(kind, 'ctx')
     expect(u).toContain('tool/result + agent/inbox/spliced')
     expect(u).not.toContain('tool/result + agent/inbox/spliced + step/end')
-    expect(u.at(-1)).toBe('step/end + turn/end')
+    expect(u.at(-1)).toBe('assistant/message + step/end + turn/end')
     const texts = log.filter((e) => e.type === 'user/message').map((e) => JSON.stringify(e.data))
     expect(texts.some((x) => x.includes('a context'))).toBe(true)
   })
@@ -290,8 +294,9 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
     const log = (await t.events(s.id)) as Ev[]
     expectValidLog(log)
     const u = units(await writes(t, s.id))
-    // step 1 stopped with the steer pending: its step/end alone, then step 2 takes the steer
-    expect(u.filter((x) => x.startsWith('step/end'))).toEqual(['step/end', 'step/end + turn/end'])
+    // step 1 stopped with the steer pending: its answer carries its step/end but no turn/end, then
+    // step 2 takes the steer and its answer ends the turn
+    expect(u.filter((x) => x.includes('step/end'))).toEqual(['assistant/message + step/end', 'assistant/message + step/end + turn/end'])
     expect(log.filter((e) => e.type === 'turn/end')).toHaveLength(1)
     expect(log.filter((e) => e.type === 'step/start')).toHaveLength(2)
   })
