@@ -167,7 +167,7 @@ export interface TurnContext {
   unwrittenStart?: { turn: number; step: number }
   /** SPEC §6.4: a step of the turn stopped at max-tokens (sticky within the turn) */
   sawMaxTokens: boolean
-  /** set when the last step's settlement also wrote its step/end and the turn/end (turn.ts settleEnds) */
+  /** set when the last step's settlement also wrote its step/end and the turn/end (attempt.ts, ends.ts addStepEnd) */
   ended?: TurnEnded
   readonly abort: Abort
   readonly signal: AbortSignal

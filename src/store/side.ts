@@ -2,8 +2,9 @@
 // events are durable — a pending call (SPEC §18.10), an idempotency record (API.md §5), the usage
 // ledger and a running-session slot (API.md §15), a webhook delivery (API.md §14). Callers name
 // them; store/ writes them in the SAME statement as the events on the fast path (CTEs conditioned on
-// the row move) and in the SAME transaction on the locked path. A new kind is one member of SideRow
-// plus one statement builder in SIDE_SQL.
+// the row move; in a group commit, group.ts's arrays) and in the SAME transaction on the locked path.
+// A new kind is one member of SideRow plus one statement builder in SIDE_SQL; until group.ts gives it
+// a place in its arrays, a unit that carries it commits alone (group.ts groupable).
 
 import type { Queryable } from './db.js'
 import { idempotencySql, type IdempotencyRecord } from './idempotency.js'

@@ -95,8 +95,7 @@ const toDelivery = (r: RawDelivery): DeliveryRow => ({
   deliveredAt: num(r.delivered_at),
 })
 
-/** A delivery id: also the `webhook-id` header, the same on every retry. */
-/** a new delivery's id, made by the database (group.ts writes deliveries too) */
+/** A delivery id, made by the database (here and in group.ts): also the `webhook-id` header, the same on every retry. */
 export const DELIVERY_ID_SQL = `'msg_' || replace(gen_random_uuid()::text, '-', '')`
 
 /**
