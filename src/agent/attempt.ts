@@ -211,9 +211,9 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
   await settle('assistant/message', { turn, step, message, stream, ...usage }, (u) => {
     appended = addFirstCall(tc, u, message, proposal.mcpTools)
     ended = undefined
-    // a message without calls closes its step, and nothing runs between them (SPEC §6.2): its
-    // step/end rides with it, and the turn/end too when the turn ends there (ends.ts)
-    if (!message.content.some((b) => b.type === 'tool-call')) {
+    // a message without calls (no first call to add) closes its step, and nothing runs between them
+    // (SPEC §6.2): its step/end rides with it, and the turn/end too when the turn ends there (ends.ts)
+    if (!appended) {
       const end = addStepEnd(tc, u, finish === 'max-tokens' ? 'max-tokens' : 'completed')
       ended = end.ended
       return end.patch

@@ -7,8 +7,8 @@ import type { RowPatch } from '../store/index.js'
 import type { AfterTurn, TurnContext, TurnEnded } from './context.js'
 import type { UnitBuilder } from './log.js'
 
-/** How a step ended (step.ts StepResult; named here, as step.ts leads to this file). */
-type StepOutcome = 'completed' | 'max-tokens' | 'continue'
+/** How a step ended (step.ts runStep): the model stopped, hit its token limit, or is owed tool results. */
+export type StepResult = 'completed' | 'max-tokens' | 'continue'
 
 /**
  * Adds the open step's step/end and, when the step stopped naturally and the turn therefore ends
@@ -17,7 +17,7 @@ type StepOutcome = 'completed' | 'max-tokens' | 'continue'
  * in the build, against the state the unit is written on (a delivery that committed meanwhile makes
  * the fenced append read it, and the turn goes on).
  */
-export function addStepEnd(tc: TurnContext, u: UnitBuilder, result: StepOutcome | undefined): { patch?: RowPatch; ended?: TurnEnded } {
+export function addStepEnd(tc: TurnContext, u: UnitBuilder, result: StepResult | undefined): { patch?: RowPatch; ended?: TurnEnded } {
   const { loop, turn } = tc
   u.add({ type: 'step/end', data: { turn, step: tc.step } })
   const endsTurn = result !== undefined && result !== 'continue' && !tc.signal.aborted && loop.state.inbox.nextStep.length === 0 && tc.hooks.count('agent/turn-stopping') === 0

@@ -12,7 +12,9 @@ import { runTools } from './tool-effects.js'
 import { readMcpServers } from '../store/index.js'
 import type { McpServerSpec, ToolSpec } from '../tools/index.js'
 
-export type StepResult = 'completed' | 'max-tokens' | 'continue'
+import type { StepResult } from './ends.js'
+
+export type { StepResult }
 
 /**
  * Proposes step `proposed`: claims `target` (unless the turn's prefix claimed already), assembles the

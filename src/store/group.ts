@@ -255,8 +255,9 @@ class GroupCommitter {
 
   private async run(all: Waiting[]): Promise<void> {
     // a unit without a place in the statement commits alone, beside the group
-    const alone = all.filter((w) => !groupable(w.unit))
-    const group = alone.length ? all.filter((w) => groupable(w.unit)) : all
+    const group: Waiting[] = []
+    const alone: Waiting[] = []
+    for (const w of all) (groupable(w.unit) ? group : alone).push(w)
     if (group.length <= 1) alone.push(...group.splice(0))
     const singles = Promise.all(alone.map((w) => this.single(w.unit).then(w.resolve, w.reject)))
     if (group.length) await this.grouped(group)

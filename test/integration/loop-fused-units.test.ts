@@ -88,6 +88,27 @@ async function runToolTurn(kind: (typeof DB_KINDS)[number], tool: string, plugin
   return { s, log, u: units(await writes(t, s.id)) }
 }
 
+/** A session with `tool` (a ToolSpec), one followup that calls it once; resolves once its tool/call is in the log. */
+async function untilToolCall(kind: (typeof DB_KINDS)[number], tool: Record<string, unknown>, plugins: Array<(root: Context, db: any) => void> = [tools]) {
+  t = await startTestApp({ kind, plugins })
+  const s = await t.createSession({ tools: [tool] })
+  t.models.script(s.id, ...toolTurn(tool.name as string))
+  expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+  await t.waitFor(s.id, (e) => e.type === 'tool/call')
+  return { app: t, s }
+}
+
+/** GET …/pending until `ready` holds of its body (a row written one unit after the tool/call shows a moment later). */
+async function pendingWhen(id: string, ready: (body: any) => boolean): Promise<any> {
+  let body: any
+  for (let i = 0; i < 100; i++) {
+    body = (await t!.api('GET', `/v1/sessions/${id}/pending`)).body
+    if (ready(body)) break
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  return body
+}
+
 describe.each(DB_KINDS)('fused units (%s)', (kind) => {
   it('a one-tool turn: the last tool/result carries its step/end, the last step/end carries the turn/end', async () => {
     const { s, log, u } = await runToolTurn(kind, 'ping')
@@ -192,39 +213,27 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
   })
 
   it("an approval-always call's pending row is written with its tool/call; approving it runs the call", async () => {
-    t = await startTestApp({ kind, plugins: [tools] })
-    const s = await t.createSession({ tools: [{ name: 'ping', execution: { type: 'builtin' }, approval: 'always' }] })
-    t.models.script(s.id, ...toolTurn('ping'))
-    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
-    await t.waitFor(s.id, (e) => e.type === 'tool/call')
+    const { app, s } = await untilToolCall(kind, { name: 'ping', execution: { type: 'builtin' }, approval: 'always' })
     // as soon as the tool/call is visible, the call is pending
-    expect((await t.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'approval', name: 'ping' }] })
-    const call = (await writes(t, s.id)).find((e) => e.type === 'tool/call')!
-    const row = await t.app.db.query<{ tx: string }>('SELECT p.xmin::text AS tx FROM pending_calls p JOIN sessions s ON s.key = p.session_key WHERE s.id = $1', [s.id])
+    expect((await app.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'approval', name: 'ping' }] })
+    const call = (await writes(app, s.id)).find((e) => e.type === 'tool/call')!
+    const row = await app.app.db.query<{ tx: string }>('SELECT p.xmin::text AS tx FROM pending_calls p JOIN sessions s ON s.key = p.session_key WHERE s.id = $1', [s.id])
     expect(row.rows.map((r) => r.tx)).toEqual([call.tx])
-    expect((await t.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'allow' })).status).toBe(202)
-    await t.waitIdle(s.id)
-    const log = (await t.events(s.id)) as Ev[]
+    expect((await app.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'allow' })).status).toBe(202)
+    await app.waitIdle(s.id)
+    const log = (await app.events(s.id)) as Ev[]
     expectValidLog(log)
     expect(JSON.stringify(log.find((e) => e.type === 'tool/result')!.data)).toContain('pong')
-    expect((await t.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [] })
+    expect((await app.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [] })
   })
 
   it("a client call with approval 'always' waits for the approver first: its client row is re-opened as the approval", async () => {
-    t = await startTestApp({ kind, plugins: [tools] })
-    const s = await t.createSession({ tools: [{ name: 'ask_user', execution: { type: 'client' }, approval: 'always' }] })
-    t.models.script(s.id, ...toolTurn('ask_user'))
-    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
-    await t.waitFor(s.id, (e) => e.type === 'tool/call')
-    let pending: any
-    for (let i = 0; i < 100 && pending?.toolCalls?.[0]?.kind !== 'approval'; i++) {
-      pending = (await t.api('GET', `/v1/sessions/${s.id}/pending`)).body
-      if (pending.toolCalls[0]?.kind !== 'approval') await new Promise((r) => setTimeout(r, 20))
-    }
+    const { app, s } = await untilToolCall(kind, { name: 'ask_user', execution: { type: 'client' }, approval: 'always' })
+    const pending = await pendingWhen(s.id, (b) => b.toolCalls[0]?.kind === 'approval')
     expect(pending).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'approval', name: 'ask_user' }] })
-    expect((await t.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'deny', reason: 'not now' })).status).toBe(202)
-    await t.waitIdle(s.id)
-    const log = (await t.events(s.id)) as Ev[]
+    expect((await app.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'deny', reason: 'not now' })).status).toBe(202)
+    await app.waitIdle(s.id)
+    const log = (await app.events(s.id)) as Ev[]
     expectValidLog(log)
     expect(JSON.stringify(log.find((e) => e.type === 'tool/result')!.data)).toContain('TOOL_DENIED')
   })
@@ -237,24 +246,16 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
           ctx.hooks.waterfall('tools/pre-execute', async (_p: unknown, next: () => Promise<unknown>) => next())
         },
       })
-    t = await startTestApp({ kind, plugins: [tools, policy] })
-    const s = await t.createSession({ tools: [{ name: 'ping', execution: { type: 'builtin' }, approval: 'always' }] })
-    t.models.script(s.id, ...toolTurn('ping'))
-    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
-    await t.waitFor(s.id, (e) => e.type === 'tool/call')
-    let pending: any
-    for (let i = 0; i < 100 && !pending?.toolCalls?.length; i++) {
-      pending = (await t.api('GET', `/v1/sessions/${s.id}/pending`)).body
-      if (!pending.toolCalls.length) await new Promise((r) => setTimeout(r, 20))
-    }
+    const { app, s } = await untilToolCall(kind, { name: 'ping', execution: { type: 'builtin' }, approval: 'always' }, [tools, policy])
+    const pending = await pendingWhen(s.id, (b) => b.toolCalls.length > 0)
     expect(pending).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'approval' }] })
-    const call = (await writes(t, s.id)).find((e) => e.type === 'tool/call')!
-    const row = await t.app.db.query<{ tx: string }>('SELECT p.xmin::text AS tx FROM pending_calls p JOIN sessions s ON s.key = p.session_key WHERE s.id = $1', [s.id])
+    const call = (await writes(app, s.id)).find((e) => e.type === 'tool/call')!
+    const row = await app.app.db.query<{ tx: string }>('SELECT p.xmin::text AS tx FROM pending_calls p JOIN sessions s ON s.key = p.session_key WHERE s.id = $1', [s.id])
     expect(row.rows).toHaveLength(1)
     expect(row.rows[0].tx).not.toBe(call.tx)
-    expect((await t.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'deny', reason: 'no' })).status).toBe(202)
-    await t.waitIdle(s.id)
-    const log = (await t.events(s.id)) as Ev[]
+    expect((await app.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'deny', reason: 'no' })).status).toBe(202)
+    await app.waitIdle(s.id)
+    const log = (await app.events(s.id)) as Ev[]
     expectValidLog(log)
     expect(JSON.stringify(log.find((e) => e.type === 'tool/result')!.data)).toContain('TOOL_DENIED')
   })
