@@ -16,7 +16,7 @@ import {
 import type { Json, LlmFailure, StreamChunk, TokenUsage } from '../session/index.js'
 import { buildReplayState } from './convert.js'
 import { classifyFailure } from './failures.js'
-import { observeHttp, type HttpObservation } from './http-observer.js'
+import { observeHttp, type HttpObservation, type HttpWindow } from './http-observer.js'
 
 export interface AdapterCall {
   model: Model<Api>
@@ -60,6 +60,7 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
   }
 
   let events: AsyncIterator<AssistantMessageEvent>
+  let window: HttpWindow<ReturnType<typeof streamSimple>> | undefined
   try {
     const options: SimpleStreamOptions & { stop?: readonly string[] } = {
       signal: AbortSignal.any([signal, local.signal]),
@@ -79,8 +80,10 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
       options.onPayload = (payload) => withStop(model.api, payload, call.stop!)
     }
     const context = typeof call.context === 'function' ? call.context() : call.context
-    events = observeHttp(http, () => streamSimple(model, context, options))[Symbol.asyncIterator]()
+    window = observeHttp(http, model.baseUrl, () => streamSimple(model, context, options))
+    events = window.value[Symbol.asyncIterator]()
   } catch (e) {
+    window?.close()
     yield fail(errorText(e))
     return
   }
@@ -101,6 +104,8 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
         const pending = events.next()
         pending.catch(() => {}) // it may lose the race; never leave it unhandled
         const next = await Promise.race([pending, abortSeen])
+        // the provider's request exists by its first event: nothing more to observe (http-observer.ts)
+        window.close()
         if (next === ABORT) out = [fail('Request was aborted')]
         else if (next.done) out = [fail('the provider stream ended without a result')]
         else {
@@ -125,6 +130,7 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
       if (last) return
     }
   } finally {
+    window.close()
     signal.removeEventListener('abort', aborted)
     if (!finished || signal.aborted) local.abort()
     void events.return?.()?.catch(() => {})

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { createLlmService, type LlmRequest, type LlmService } from '../../src/llm/index.js'
 import type { Message, StreamChunk } from '../../src/session/index.js'
 import { startOpenAiServer, type OpenAiServer } from '../helpers/openai-server.js'
+import { openHttpWindows } from '../../src/llm/http-observer.js'
 
 let srv: OpenAiServer
 let llm: LlmService
@@ -296,5 +297,32 @@ describe('failures (SPEC §8.11)', () => {
     const chunks = await stream([user('hi')])
     expect(chunks).toEqual([{ type: 'finish', reason: { kind: 'error', failure: { code: 'AUTH', message: 'API key variable MOCK_KEY is not set (provider mock)' } } }])
     expect(srv.requests).toHaveLength(1)
+  })
+})
+
+describe('the HTTP observation window (src/llm/http-observer.ts)', () => {
+  it('closes when the request to the model origin is created, before any answer, and no window outlives its call', async () => {
+    srv.script({ chunks: ['slow'], hang: true })
+    const ac = new AbortController()
+    const running = stream([user('hi')], { signal: ac.signal })
+    await srv.waitForRequest(0)
+    // the server holds the request and has sent nothing the client has read: only the request closed it
+    expect(openHttpWindows()).toBe(0)
+    ac.abort()
+    expect(finish(await running).reason).toMatchObject({ kind: 'aborted' })
+    expect(openHttpWindows()).toBe(0)
+  })
+
+  it('concurrent failing calls each get their own response head', async () => {
+    srv.script(
+      { error: { status: 429, headers: { 'retry-after-ms': '1100', 'x-request-id': 'req_a' } } },
+      { error: { status: 429, headers: { 'retry-after-ms': '2200', 'x-request-id': 'req_b' } } },
+      { error: { status: 503, headers: { 'x-request-id': 'req_c' } } },
+    )
+    const all = await Promise.all([stream([user('a')]), stream([user('b')]), stream([user('c')])])
+    const failures = all.map((c) => (finish(c).reason as { failure: { status: number; requestId?: string; providerRetryAfterMs?: number } }).failure)
+    const seen = failures.map((f) => `${f.requestId}:${f.status}:${f.providerRetryAfterMs ?? '-'}`).sort()
+    expect(seen).toEqual(['req_a:429:1100', 'req_b:429:2200', 'req_c:503:-'])
+    expect(openHttpWindows()).toBe(0)
   })
 })
