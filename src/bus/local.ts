@@ -52,7 +52,8 @@ export interface Bus {
   poke(sessionKey: string): void
   /** asks whichever worker can to drive the session */
   wake(sessionKey: string): void
-  onWake(handler: (sessionKey: string) => void): () => void
+  /** a handler answers true when it took the wake (it holds the session): no other process is asked */
+  onWake(handler: (sessionKey: string) => boolean | void): () => void
   /**
    * Tells every process that what it caches under `topic` (e.g. `tenant:<id>`) changed: handlers here
    * run at once; other processes' run when the returned promise resolves or shortly after.
@@ -67,7 +68,7 @@ export interface Bus {
 
 export class LocalHub implements Bus {
   private readonly sessions = new Map<string, Set<SessionListener>>()
-  private readonly wakeHandlers = new Set<(k: string) => void>()
+  private readonly wakeHandlers = new Set<(k: string) => boolean | void>()
   private readonly commandHandlers = new Set<CommandHandler>()
 
   onCommand(handler: CommandHandler): () => void {
@@ -143,14 +144,17 @@ export class LocalHub implements Bus {
     this.each(sessionKey, (l) => l.poke?.())
   }
 
-  deliverWake(sessionKey: string): void {
+  /** Whether a handler here took the wake. */
+  deliverWake(sessionKey: string): boolean {
+    let taken = false
     for (const h of [...this.wakeHandlers]) {
       try {
-        h(sessionKey)
+        if (h(sessionKey) === true) taken = true
       } catch {
         // ignore
       }
     }
+    return taken
   }
 
   resetAll(): void {
@@ -195,7 +199,7 @@ export class LocalHub implements Bus {
     this.deliverWake(sessionKey)
   }
 
-  onWake(handler: (sessionKey: string) => void): () => void {
+  onWake(handler: (sessionKey: string) => boolean | void): () => void {
     this.wakeHandlers.add(handler)
     return () => this.wakeHandlers.delete(handler)
   }

@@ -138,8 +138,13 @@ export class PgBus extends LocalHub {
     await this.sending
   }
 
+  /**
+   * Other processes hear a wake only when no Agent here took it: the lease holder is the only driver,
+   * so a wake this process's holder took needs nobody else (one NOTIFY per turn fewer). Should the
+   * lease have moved unnoticed, the new holder still wakes on the commit's doorbell.
+   */
   override wake(sessionKey: string): void {
-    super.wake(sessionKey)
+    if (this.deliverWake(sessionKey)) return
     this.notify(CH_WAKE, JSON.stringify({ o: this.origin, s: sessionKey }))
   }
 

@@ -46,7 +46,7 @@ export class WorkerHost {
   constructor(private readonly o: HostOptions) {}
 
   start(): void {
-    this.offWake = this.o.bus.onWake((key) => void this.onWake(key))
+    this.offWake = this.o.bus.onWake((key) => this.onWake(key))
     const renewEvery = Math.max(100, Math.floor(this.o.leaseTtlMs / 3))
     this.timers.push(setInterval(() => void this.renew(), renewEvery))
     this.timers.push(setInterval(() => void this.scan(), this.o.scanMs ?? Math.min(1000, renewEvery)))
@@ -75,17 +75,21 @@ export class WorkerHost {
     for (const h of this.held.values()) yield h.agent
   }
 
-  /** A wake request: the local Agent takes it, else try to claim the session. */
-  async onWake(key: string): Promise<void> {
-    if (this.stopping) return
+  /**
+   * A wake request: the local Agent takes it, else try to claim the session. True when an Agent held
+   * here (and not being released) took it, so the bus need not ask other processes.
+   */
+  onWake(key: string): boolean {
+    if (this.stopping) return false
     const h = this.held.get(key)
     if (h) {
       // the wake prefix runs under the row lock and catches up on its own
       h.idleSince = undefined
       void h.agent.wakeDurable()
-      return
+      return !h.releasing
     }
-    await this.claim(key)
+    void this.claim(key)
+    return false
   }
 
   /**
