@@ -47,6 +47,19 @@ export function isConnectionError(e: unknown): boolean {
 // a token count or a lease token, all far below 2^53.
 pg.types.setTypeParser(20, (v) => Number(v))
 
+/**
+ * Many JSON texts as ONE parameter: joined by U+0001, which JSON text never holds raw (JSON.stringify
+ * writes it as \u0001), and split in SQL by `splitTexts` (an empty member reads back as NULL). A text[]
+ * parameter has the driver escape every quote and backslash of every member, JSON bodies are full of
+ * them, and the copies were about a twelfth of what a turn allocates.
+ */
+export function joinTexts(values: ReadonlyArray<string | null>): string {
+  return values.join('\x01')
+}
+
+/** The SQL that reads a joinTexts parameter back as text[] (empty members as NULL). */
+export const splitTexts = (param: string): string => `string_to_array(${param}, chr(1), '')`
+
 /** Long texts the code repeats verbatim (the group commit's statement): named despite their length. */
 const REPEATED = new Set<string>()
 

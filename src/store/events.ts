@@ -4,7 +4,7 @@
 import type { Draft, SessionEvent } from '../session/index.js'
 import { rowSets, updateRow, type RowPatch, type RunState } from './sessions.js'
 import { sideCtes, sideGuards, writeSideRows, type SideRow } from './side.js'
-import { isDb, type Queryable } from './db.js'
+import { isDb, joinTexts, splitTexts, type Queryable } from './db.js'
 import { groupCommitter, type GroupUnit, type UnitOutcome } from './group.js'
 import { markDeliveries } from './webhooks.js'
 
@@ -54,8 +54,8 @@ export async function writeEvents(tx: Queryable, row: LogPosition, events: reado
   if (out.length) {
     if (out[0].seq !== row.nextSeq) throw new Error(`append at seq ${out[0].seq} but the log is at ${row.nextSeq}`)
     await tx.query(
-      'INSERT INTO session_events (session_key, seq, time, type, body) SELECT $1, * FROM unnest($2::int[], $3::bigint[], $4::text[], $5::text[])',
-      [row.key, out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), out.map((e) => e.json)],
+      `INSERT INTO session_events (session_key, seq, time, type, body) SELECT $1, * FROM unnest($2::int[], $3::bigint[], $4::text[], ${splitTexts('$5')})`,
+      [row.key, out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), joinTexts(out.map((e) => e.json))],
     )
     const last = out[out.length - 1]
     await updateRow(tx, row.key, { nextSeq: last.seq + 1, lastTime: last.time }, patch)
@@ -126,7 +126,7 @@ async function conditionalOne(db: Queryable, u: GroupUnit, side: readonly SideRo
   const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, patch, params)
   const sides = sideCtes(side, params)
   const deliveries = sides.counted.length ? `, (${sides.counted.map((c) => `(SELECT count(*)::int FROM ${c})`).join(' + ')}) AS w` : ''
-  params.push(out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), out.map((e) => e.json))
+  params.push(out.map((e) => e.seq), out.map((e) => e.time), out.map((e) => e.type), joinTexts(out.map((e) => e.json)))
   const n = params.length
   const { rows } = await db.query<{ run_state: RunState; cancel_pending: boolean; wake_latched: boolean; n: number; w?: number }>(
     `WITH moved AS (
@@ -134,7 +134,7 @@ async function conditionalOne(db: Queryable, u: GroupUnit, side: readonly SideRo
        RETURNING run_state, cancel_pending, wake_latched
      ), ins AS (
        INSERT INTO session_events (session_key, seq, time, type, body)
-       SELECT $1, e.seq, e.time, e.type, e.body FROM unnest($${n - 3}::int[], $${n - 2}::bigint[], $${n - 1}::text[], $${n}::text[]) AS e(seq, time, type, body)
+       SELECT $1, e.seq, e.time, e.type, e.body FROM unnest($${n - 3}::int[], $${n - 2}::bigint[], $${n - 1}::text[], ${splitTexts(`$${n}`)}) AS e(seq, time, type, body)
        WHERE EXISTS (SELECT 1 FROM moved)
        RETURNING 1
      )${sides.sql}

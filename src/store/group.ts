@@ -19,7 +19,7 @@
 // A group that fails as a whole for another reason than the database being unreachable is retried
 // unit by unit, so a unit's error is its own.
 
-import { DbUnavailableError, repeatedText, type Db, type QueryResult } from './db.js'
+import { DbUnavailableError, joinTexts, repeatedText, splitTexts, type Db, type QueryResult } from './db.js'
 import type { RowPatch, RunState } from './sessions.js'
 import type { SideRow } from './side.js'
 import { slotTakeGuard } from './slots.js'
@@ -64,7 +64,7 @@ const MAX_GROUP = 64
  */
 const GROUP_SQL = repeatedText(`WITH v AS (
   SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::bool[], $7::bool[], $8::bool[], $9::int[], $10::bigint[],
-    $11::text[], $12::bool[], $13::int[], $14::text[], $15::int[], $16::bool[], $17::bool[], $18::text[], $19::bool[], $20::int[],
+    ${splitTexts('$11')}, $12::bool[], $13::int[], $14::text[], $15::int[], $16::bool[], $17::bool[], $18::text[], $19::bool[], $20::int[],
     $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::float8[], $26::bool[], $27::bool[],
     $28::text[], $29::int[], $30::int[], $31::text[], $32::bigint[]) WITH ORDINALITY
     AS v(key, expect_seq, lease_owner, lease_token, f_run, f_cancel, f_wake, slot_guard, next_seq, last_time,
@@ -90,7 +90,7 @@ const GROUP_SQL = repeatedText(`WITH v AS (
   RETURNING v.ord, s.key, s.tenant_id, s.id, s.run_state, s.cancel_pending, s.wake_latched, v.slot_take, v.slot_free, v.wh_type, v.wh_turn, v.wh_seq, v.wh_extra, v.wh_time
 ), ins AS (
   INSERT INTO session_events (session_key, seq, time, type, body)
-  SELECT m.key, e.seq, e.time, e.type, e.body FROM unnest($33::int[], $34::int[], $35::bigint[], $36::text[], $37::text[]) AS e(ord, seq, time, type, body) JOIN moved m ON m.ord = e.ord
+  SELECT m.key, e.seq, e.time, e.type, e.body FROM unnest($33::int[], $34::int[], $35::bigint[], $36::text[], ${splitTexts('$37')}) AS e(ord, seq, time, type, body) JOIN moved m ON m.ord = e.ord
   RETURNING session_key
 ), ledger AS (
   ${ledgerUpsert(`SELECT m.tenant_id, l.day::date, l.model, m.key, m.id, l.i, l.o, l.cr, l.cw, l.c, l.a
@@ -197,7 +197,10 @@ function groupParams(units: readonly GroupUnit[]): unknown[] {
       }
     }
   })
+  // the JSON columns (inbox, bodies) as one joined text each
   const params: unknown[] = cols
+  params[10] = joinTexts(cols[10] as Array<string | null>)
+  params[36] = joinTexts(cols[36] as string[])
   params[61] = Date.now()
   return params
 }

@@ -6,7 +6,7 @@
 import crypto from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import type { Draft } from '../../src/session/index.js'
-import { appendConditional, budgetState, insertSession, lockLean, webhooks, NOW_MS, openPg, readEvents, stamp, type Db, type RowPatch, type SideRow } from '../../src/store/index.js'
+import { appendConditional, budgetState, insertSession, lockLean, webhooks, writeEvents, NOW_MS, openPg, readEvents, readInbox, stamp, type Db, type RowPatch, type SideRow } from '../../src/store/index.js'
 import { DB_KINDS, openTestDb, tenantDb } from '../helpers/db.js'
 
 const note = (text: string): Draft => ({ type: 'test/note', data: { text } })
@@ -183,6 +183,35 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
         [1, 'q'],
       ])
     }
+  })
+
+  it('bodies and inboxes reach the database as one joined text, yet every character JSON carries comes back verbatim: grouped, alone and in a transaction', async () => {
+    // the characters that matter: the join's separator U+0001 (JSON writes it escaped), quotes and
+    // backslashes (a text[] member would be escaped), and non-ASCII
+    const tricky = ['a\u0001b', '"quoted" \\ back\\slash', '\u0001', 'ünï €', '{,}', 'NULL', '']
+    const inbox = (text: string) => ({ nextTurn: [{ id: `m-${text.length}`, role: 'user' as const, content: [{ type: 'text' as const, text }], source: { kind: 'user' as const } }], nextStep: [] })
+    const keys = await Promise.all(tricky.map(() => newSession()))
+    const c = counting(env.db)
+    // units with and without an inbox patch, first and last among them, in one group
+    await Promise.all(
+      keys.map((k, i) => appendConditional(c.db, k, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note(tricky[i]), note(`${tricky[i]}|${i}`)], 1_700_000_000_001), i % 2 === 0 ? { inbox: inbox(tricky[i]) as never } : {})),
+    )
+    expect(c.statements()).toBeLessThan(keys.length)
+    for (const [i, k] of keys.entries()) {
+      expect(await texts(k)).toEqual([
+        [0, tricky[i]],
+        [1, `${tricky[i]}|${i}`],
+      ])
+      expect(await readInbox(env.db, k)).toEqual(i % 2 === 0 ? inbox(tricky[i]) : { nextTurn: [], nextStep: [] })
+    }
+    // alone (one unit in its statement), then in a transaction (writeEvents)
+    const alone = await newSession()
+    await appendConditional(env.db, alone, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, tricky.map(note), 1_700_000_000_001), {})
+    await env.db.transaction(async (tx) => {
+      const row = (await lockLean(tx, alone))!
+      await writeEvents(tx, row, stamp(row, tricky.map(note), 1_700_000_000_002))
+    })
+    expect(await texts(alone)).toEqual([...tricky, ...tricky].map((t, i) => [i, t]))
   })
 
   it('a group is ONE fixed statement text whatever its units carry, so PostgreSQL prepares it once', async () => {
