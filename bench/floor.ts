@@ -15,6 +15,7 @@
 import crypto from 'node:crypto'
 import type pg from 'pg'
 import type { RawDb } from './lib.js'
+import { joinTexts, splitTexts } from '../src/store/db.js'
 
 export interface FloorEvent {
   type: string
@@ -114,7 +115,7 @@ const ONE_SQL = `WITH moved AS (
   UPDATE sessions SET next_seq = $3, last_time = $4, updated_at = $4 WHERE key = $1 AND next_seq = $2 RETURNING 1
 ), ins AS (
   INSERT INTO session_events (session_key, seq, time, type, body)
-  SELECT $1, e.seq, e.time, e.type, e.body FROM unnest($5::int[], $6::bigint[], $7::text[], $8::text[]) AS e(seq, time, type, body)
+  SELECT $1, e.seq, e.time, e.type, e.body FROM unnest($5::int[], $6::bigint[], $7::text[], ${splitTexts('$8')}) AS e(seq, time, type, body)
   WHERE EXISTS (SELECT 1 FROM moved)
   RETURNING 1
 ) SELECT (SELECT count(*)::int FROM ins) AS n`
@@ -140,7 +141,8 @@ export class FloorWriter {
     const next = this.pos.next
     const time = Math.max(Date.now(), this.pos.time)
     const bodies = unit.map((e, i) => rebody(e.body, next + i, time))
-    const values = [this.key, next, next + unit.length, time, unit.map((_, i) => next + i), unit.map(() => time), unit.map((e) => e.type), bodies]
+    // the bodies as one joined text, as agentd's appends send them (store/db.ts joinTexts)
+    const values = [this.key, next, next + unit.length, time, unit.map((_, i) => next + i), unit.map(() => time), unit.map((e) => e.type), joinTexts(bodies)]
     // a named prepared statement, as agentd's appends are (store/db.ts, AGENTD_PG_PREPARE=on)
     const { rows } = this.raw.kind === 'pg' ? await this.raw.pool.query({ text: ONE_SQL, values, name: 'floor_one' }) : await this.raw.pglite.query<any>(ONE_SQL, values)
     if (Number(rows[0]?.n) !== unit.length) throw new Error(`floor: one-statement append wrote ${rows[0]?.n} of ${unit.length} rows`)
