@@ -195,8 +195,9 @@ export class LocalHub implements Bus {
     this.deliverPoke(sessionKey)
   }
 
-  wake(sessionKey: string): void {
-    this.deliverWake(sessionKey)
+  /** Whether a handler here took the wake. */
+  wake(sessionKey: string): boolean {
+    return this.deliverWake(sessionKey)
   }
 
   onWake(handler: (sessionKey: string) => boolean | void): () => void {

@@ -143,9 +143,10 @@ export class PgBus extends LocalHub {
    * so a wake this process's holder took needs nobody else (one NOTIFY per turn fewer). Should the
    * lease have moved unnoticed, the new holder still wakes on the commit's doorbell.
    */
-  override wake(sessionKey: string): void {
-    if (this.deliverWake(sessionKey)) return
+  override wake(sessionKey: string): boolean {
+    if (super.wake(sessionKey)) return true
     this.notify(CH_WAKE, JSON.stringify({ o: this.origin, s: sessionKey }))
+    return false
   }
 
   private readonly calls = new Map<string, { ack(): void; done(o: CommandOutcome): void }>()

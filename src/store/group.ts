@@ -52,6 +52,10 @@ const MAX_IN_FLIGHT = 2
 /** units per statement at most */
 const MAX_GROUP = 64
 
+/** The group's two JSON columns sent as one joined text each (db.ts joinTexts): the inbox, the event bodies (0-based parameter indexes). */
+const INBOX_COL = 10
+const BODY_COL = 36
+
 /**
  * The group's statement: ONE fixed text whatever the group holds, its units as parallel arrays (one
  * element per unit, per event, per side row). It is prepared once per connection (db.ts
@@ -64,7 +68,7 @@ const MAX_GROUP = 64
  */
 const GROUP_SQL = repeatedText(`WITH v AS (
   SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::bool[], $7::bool[], $8::bool[], $9::int[], $10::bigint[],
-    ${splitTexts('$11')}, $12::bool[], $13::int[], $14::text[], $15::int[], $16::bool[], $17::bool[], $18::text[], $19::bool[], $20::int[],
+    ${splitTexts(`$${INBOX_COL + 1}`)}, $12::bool[], $13::int[], $14::text[], $15::int[], $16::bool[], $17::bool[], $18::text[], $19::bool[], $20::int[],
     $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::float8[], $26::bool[], $27::bool[],
     $28::text[], $29::int[], $30::int[], $31::text[], $32::bigint[]) WITH ORDINALITY
     AS v(key, expect_seq, lease_owner, lease_token, f_run, f_cancel, f_wake, slot_guard, next_seq, last_time,
@@ -90,7 +94,7 @@ const GROUP_SQL = repeatedText(`WITH v AS (
   RETURNING v.ord, s.key, s.tenant_id, s.id, s.run_state, s.cancel_pending, s.wake_latched, v.slot_take, v.slot_free, v.wh_type, v.wh_turn, v.wh_seq, v.wh_extra, v.wh_time
 ), ins AS (
   INSERT INTO session_events (session_key, seq, time, type, body)
-  SELECT m.key, e.seq, e.time, e.type, e.body FROM unnest($33::int[], $34::int[], $35::bigint[], $36::text[], ${splitTexts('$37')}) AS e(ord, seq, time, type, body) JOIN moved m ON m.ord = e.ord
+  SELECT m.key, e.seq, e.time, e.type, e.body FROM unnest($33::int[], $34::int[], $35::bigint[], $36::text[], ${splitTexts(`$${BODY_COL + 1}`)}) AS e(ord, seq, time, type, body) JOIN moved m ON m.ord = e.ord
   RETURNING session_key
 ), ledger AS (
   ${ledgerUpsert(`SELECT m.tenant_id, l.day::date, l.model, m.key, m.id, l.i, l.o, l.cr, l.cw, l.c, l.a
@@ -197,10 +201,9 @@ function groupParams(units: readonly GroupUnit[]): unknown[] {
       }
     }
   })
-  // the JSON columns (inbox, bodies) as one joined text each
   const params: unknown[] = cols
-  params[10] = joinTexts(cols[10] as Array<string | null>)
-  params[36] = joinTexts(cols[36] as string[])
+  params[INBOX_COL] = joinTexts(cols[INBOX_COL] as Array<string | null>)
+  params[BODY_COL] = joinTexts(cols[BODY_COL] as string[])
   params[61] = Date.now()
   return params
 }
