@@ -24,11 +24,23 @@ export interface ThroughputOptions {
   peers?: boolean
   /** write a CPU profile of agentd's measured window of each level into this directory */
   cpuProf?: string
+  /** warm-up rounds before the first level (default WARM_ROUNDS) */
+  warmRounds?: number
 }
 
-/** the process's warm-up before any level: sessions × turns, concurrently */
-const WARM_SESSIONS = 10
-const WARM_TURNS = 30
+/**
+ * The server's warm-up before any level: rounds shaped like the measurement (fresh sessions, one
+ * untimed turn each, then the turns back to back), each round 10 sessions × 20 turns and then one
+ * session × 20 turns. V8 keeps optimizing the turn's functions for about 1,500–2,000 turns (measured:
+ * server CPU per turn at 10 sessions fell 4.6 → 3.4 → 2.9 → 2.7 ms over four 200-turn rounds after the
+ * older 300-turn warm-up, and was flat from about the eighth round on), so a shorter warm-up measured
+ * the first level, 1 session, on a server still compiling its hot path.
+ */
+export const WARM_ROUNDS = 12
+const WARM_SHAPE = [
+  { sessions: 10, turns: 20 },
+  { sessions: 1, turns: 20 },
+]
 
 interface Level {
   sessions: number
@@ -53,12 +65,25 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
   let units: Unit[] = []
   const txPerTurn: number[] = []
   const perTurn: Array<Record<string, number>> = []
+  const warmup: Array<{ round: number; sessions: number; turns: number; cpuMsPerTurn: number; turnsPerSec: number }> = []
   try {
     // warm the process (JIT, pools) on throwaway sessions first: a long-running server is measured
-    // in its steady state, not in its first few dozen turns (ten turns left C=1 measuring the JIT);
-    // fresh sessions, so no measured session carries a longer history than its level gives it
-    const warm = await pool(Array.from({ length: WARM_SESSIONS }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] }))
-    await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: warm.map((s) => ({ id: s.id, after: -1 })), turns: WARM_TURNS })
+    // in its steady state, not while V8 still compiles its hot path; fresh sessions each round, so no
+    // measured session carries a longer history than its level gives it. Each round's CPU per turn is
+    // kept (data.warmup) to show where it levelled off.
+    const rounds = o.warmRounds ?? WARM_ROUNDS
+    for (let r = 0; r < rounds; r++) {
+      for (const w of WARM_SHAPE) {
+        const ids = await pool(Array.from({ length: w.sessions }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] }))
+        await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: ids.map((s) => ({ id: s.id, after: -1 })), turns: 1 })
+        const sessions = await Promise.all(ids.map(async (s) => ({ id: s.id, after: await headSeq(b, s.id) })))
+        const cpu0 = process.cpuUsage()
+        const res = await cp.call({ op: 'turns', url: b.url, key: b.key, sessions, turns: w.turns })
+        const cpu = process.cpuUsage(cpu0)
+        const total = w.sessions * w.turns
+        warmup.push({ round: r, sessions: w.sessions, turns: w.turns, cpuMsPerTurn: (cpu.user + cpu.system) / 1000 / total, turnsPerSec: (total / res.wallMs) * 1000 })
+      }
+    }
     // and one more, whose last turn gives the units
     const w = await createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] })
     await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: [{ id: w.id, after: -1 }], turns: 10 })
@@ -124,6 +149,18 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
     await b.close()
   }
   const rows: Row[] = []
+  const w10 = warmup.filter((w) => w.sessions === 10)
+  if (w10.length) {
+    rows.push({
+      measurement: `warm-up, ${w10.length} rounds: server CPU per turn at 10 sessions, first → last round`,
+      db: kind,
+      figure: `${ms(w10[0].cpuMsPerTurn)} → ${ms(w10[w10.length - 1].cpuMsPerTurn)}`,
+      floor: '',
+      ratio: '',
+      target: '',
+      met: '',
+    })
+  }
   const plural = (n: number) => `${n} session${n > 1 ? 's' : ''}`
   for (let i = 0; i < o.levels.length; i++) {
     const a = agentd[i]
@@ -183,5 +220,5 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       met: cpuTarget ? yes(a.cpuMsPerTurn <= cpuTarget) : '',
     })
   }
-  return { rows, data: { agentd, floor, replay, peers, profiles: Object.keys(profiles), floorUnits: units.length, unitShape: shape(units), unitTypes: units.map((u) => u.map((e) => e.type).join('+')), commitsPerTurn: txPerTurn, countersPerTurn: perTurn } }
+  return { rows, data: { warmup, agentd, floor, replay, peers, profiles: Object.keys(profiles), floorUnits: units.length, unitShape: shape(units), unitTypes: units.map((u) => u.map((e) => e.type).join('+')), commitsPerTurn: txPerTurn, countersPerTurn: perTurn } }
 }
