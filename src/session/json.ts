@@ -14,49 +14,80 @@ export class JsonValueError extends Error {
  * functions, BigInt, symbols, -0, NaN, ±Infinity, sparse arrays, cycles and non-plain objects.
  */
 export function assertLosslessJson(value: unknown, path = '$'): asserts value is Json {
-  walk(value, path, new Set())
+  const why = check(value, [])
+  if (why) throw new JsonValueError(pathOf(path, why.at), why.message)
 }
 
-function walk(v: unknown, path: string, stack: Set<object>): void {
+/** Where a value failed: the keys and indexes from the root, innermost last. */
+interface Failure {
+  at: Array<string | number>
+  message: string
+}
+
+/** The path text of a failure (`$.a[0].b`), built only when a value fails. */
+function pathOf(root: string, at: ReadonlyArray<string | number>): string {
+  let p = root
+  for (let i = at.length - 1; i >= 0; i--) p += typeof at[i] === 'number' ? `[${at[i]}]` : `.${at[i]}`
+  return p
+}
+
+/**
+ * The first reason `v` is not lossless JSON, or undefined. `open` holds the objects being walked, for
+ * cycles: a scan of a short list beats a Set at the depths JSON has; past DEEP levels a Set takes over,
+ * so a hostile, deeply nested value costs linear time.
+ */
+function check(v: unknown, open: object[], deep?: Set<object>): Failure | undefined {
   switch (typeof v) {
     case 'string':
     case 'boolean':
-      return
+      return undefined
     case 'number':
-      if (!Number.isFinite(v)) throw new JsonValueError(path, `${v} is not a finite number`)
-      if (Object.is(v, -0)) throw new JsonValueError(path, '-0 does not survive JSON')
-      return
+      if (!Number.isFinite(v)) return { at: [], message: `${v} is not a finite number` }
+      if (v === 0 && 1 / v < 0) return { at: [], message: '-0 does not survive JSON' }
+      return undefined
     case 'undefined':
-      throw new JsonValueError(path, 'undefined is not JSON')
+      return { at: [], message: 'undefined is not JSON' }
     case 'function':
-      throw new JsonValueError(path, 'a function is not JSON')
+      return { at: [], message: 'a function is not JSON' }
     case 'bigint':
-      throw new JsonValueError(path, 'a BigInt is not JSON')
+      return { at: [], message: 'a BigInt is not JSON' }
     case 'symbol':
-      throw new JsonValueError(path, 'a symbol is not JSON')
-    case 'object':
-      break
+      return { at: [], message: 'a symbol is not JSON' }
   }
-  if (v === null) return
+  if (v === null) return undefined
   const o = v as object
-  if (stack.has(o)) throw new JsonValueError(path, 'a cycle is not JSON')
-  stack.add(o)
+  if (deep ? deep.has(o) : open.includes(o)) return { at: [], message: 'a cycle is not JSON' }
+  open.push(o)
+  if (!deep && open.length > DEEP) deep = new Set(open)
+  else deep?.add(o)
+  let why: Failure | undefined
   if (Array.isArray(o)) {
-    for (let i = 0; i < o.length; i++) {
-      if (!(i in o)) throw new JsonValueError(`${path}[${i}]`, 'a sparse array is not JSON')
-      walk(o[i], `${path}[${i}]`, stack)
+    for (let i = 0; i < o.length && !why; i++) {
+      if (!(i in o)) why = { at: [i], message: 'a sparse array is not JSON' }
+      else if ((why = check(o[i], open, deep))) why.at.push(i)
     }
     // own enumerable extras on an array would be dropped
-    const keys = Object.keys(o)
-    if (keys.length !== o.length) throw new JsonValueError(path, 'an array with extra properties is not JSON')
+    if (!why && Object.keys(o).length !== o.length) why = { at: [], message: 'an array with extra properties is not JSON' }
   } else {
     const proto = Object.getPrototypeOf(o)
-    if (proto !== Object.prototype && proto !== null) throw new JsonValueError(path, `a ${o.constructor?.name ?? 'non-plain'} object is not JSON`)
-    if (Object.getOwnPropertySymbols(o).length) throw new JsonValueError(path, 'symbol keys are not JSON')
-    for (const k of Object.keys(o)) walk((o as Record<string, unknown>)[k], `${path}.${k}`, stack)
+    if (proto !== Object.prototype && proto !== null) why = { at: [], message: `a ${o.constructor?.name ?? 'non-plain'} object is not JSON` }
+    else if (Object.getOwnPropertySymbols(o).length) why = { at: [], message: 'symbol keys are not JSON' }
+    else {
+      for (const k in o) {
+        if (!Object.prototype.hasOwnProperty.call(o, k)) continue
+        if ((why = check((o as Record<string, unknown>)[k], open, deep))) {
+          why.at.push(k)
+          break
+        }
+      }
+    }
   }
-  stack.delete(o)
+  open.pop()
+  deep?.delete(o)
+  return why
 }
+
+const DEEP = 64
 
 // NUL, or a UTF-16 surrogate without its partner (a lone high or a lone low one)
 const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/

@@ -31,6 +31,29 @@ describe('lossless JSON (SPEC §3.1.3)', () => {
   })
   it('names the offending path', () => {
     expect(() => assertLosslessJson({ a: [{ b: NaN }] })).toThrow('$.a[0].b')
+    expect(() => assertLosslessJson([1, { 'x y': [true, undefined] }], 'data')).toThrow('data[1].x y[1]: undefined is not JSON')
+  })
+  it('finds cycles and bad values below a hundred levels, with their path, and shared references there too', () => {
+    const deep = (n: number, leaf: unknown) => {
+      const root: Record<string, unknown> = {}
+      let cur = root
+      for (let i = 0; i < n; i++) cur = (cur.x = {}) as Record<string, unknown>
+      cur.leaf = leaf
+      return { root, cur }
+    }
+    const { root, cur } = deep(150, 1)
+    cur.back = root.x
+    let err: unknown
+    try {
+      assertLosslessJson(root)
+    } catch (e) {
+      err = e
+    }
+    expect((err as JsonValueError).message).toMatch(/cycle/)
+    expect((err as JsonValueError).path).toBe(`$${'.x'.repeat(150)}.back`)
+    expect(() => assertLosslessJson(deep(150, -0).root)).toThrow(`$${'.x'.repeat(150)}.leaf: -0`)
+    const shared = { s: [1] }
+    expect(() => assertLosslessJson(deep(150, [shared, shared, { again: shared }]).root)).not.toThrow()
   })
   it('canonical JSON sorts keys', () => {
     expect(canonicalJson({ b: 1, a: { d: [1, { f: 2, e: 3 }], c: null } })).toBe('{"a":{"c":null,"d":[1,{"e":3,"f":2}]},"b":1}')
