@@ -83,7 +83,10 @@ export function repeatedText(text: string): string {
 export class StatementNames {
   static readonly MAX_NAMES = 200
   static readonly MAX_TEXT = 4000
-  private readonly names = new Map<string, string>()
+  /** texts decided so far, up to MAX_DECIDED: the text as first seen (later lookups of it hash once, and pg compares it to its parsed text by identity) and its name, if any */
+  static readonly MAX_DECIDED = 2000
+  private readonly decided = new Map<string, { text: string; name?: string }>()
+  private named = 0
   private next = 0
 
   constructor(readonly enabled: boolean) {}
@@ -91,23 +94,31 @@ export class StatementNames {
   /** The query config for a text: named when it is worth preparing. */
   config(text: string, values: unknown[] | undefined): pg.QueryConfig {
     if (!this.enabled || !values) return { text, values }
-    if (!REPEATED.has(text) && (text.length > StatementNames.MAX_TEXT || /SELECT \*|RETURNING \*|\.\*/.test(text))) return { text, values }
-    let name = this.names.get(text)
-    if (name === undefined) {
-      if (this.next >= StatementNames.MAX_NAMES) return { text, values }
-      this.names.set(text, (name = `agentd_${this.next++}`))
+    let d = this.decided.get(text)
+    if (d === undefined) {
+      d = { text }
+      const worth = REPEATED.has(text) || (text.length <= StatementNames.MAX_TEXT && !/SELECT \*|RETURNING \*|\.\*/.test(text))
+      if (worth && this.named < StatementNames.MAX_NAMES) {
+        d.name = `agentd_${this.next++}`
+        this.named++
+      }
+      if (d.name || this.decided.size < StatementNames.MAX_DECIDED) this.decided.set(text, d)
     }
-    return { text, values, name }
+    return d.name ? { text: d.text, values, name: d.name } : { text: d.text, values }
   }
 
   /** After a failure: a prepared statement that is gone (26000) or whose plan can no longer serve (0A000) loses its name. */
   failed(text: string, e: unknown): void {
     const code = (e as { code?: string })?.code
-    if (code === '26000' || code === '0A000') this.names.delete(text)
+    if (code !== '26000' && code !== '0A000') return
+    const d = this.decided.get(text)
+    if (!d?.name) return
+    this.decided.delete(text)
+    this.named--
   }
 
   get size(): number {
-    return this.names.size
+    return this.named
   }
 }
 
