@@ -30,11 +30,25 @@ export interface AdmissionInput {
   series: Series
 }
 
+/**
+ * Canonical JSON texts, made once per object (a header folded from the log, a step's tool list): the
+ * header and tool comparisons of every attempt are string comparisons, and a step's tool schemas,
+ * however large, are serialized once rather than four times per attempt. Canonical text equality is
+ * jsonEqual (keys sorted, undefined members absent).
+ */
+const canonical = new WeakMap<object, string>()
+function canonicalOf(v: object): string {
+  let c = canonical.get(v)
+  if (c === undefined) canonical.set(v, (c = canonicalJson(v)))
+  return c
+}
+
 /** The drafts of admission step A3, in the order SPEC §8.1 gives them. */
 export function planAdmission(a: AdmissionInput): Draft[] {
   const { state, proposal, prepared, series } = a
   const latest = state.latestHeader?.header
-  const toolsChanged = !jsonEqual(proposal.tools, latest?.tools ?? [])
+  const tools = proposal.tools.length ? canonicalOf(proposal.tools) : undefined
+  const toolsChanged = (tools ?? '[]') !== (latest?.tools ? canonicalOf(latest.tools) : '[]')
   const byDecision = a.attempt === 1 && proposal.decision.startsRequestSeries === true
   // SPEC §8.7 startsSeries, and §8.8 seriesBreak: the same rule, read before and after reconciliation
   const breaks = (generation: number) => byDecision || series.capturedGeneration !== generation || toolsChanged
@@ -43,11 +57,13 @@ export function planAdmission(a: AdmissionInput): Draft[] {
   if (a.attempt === 1) for (const m of proposal.decision.messages) out.push({ type: 'user/message', data: m as unknown as Json, surfaceOp: 'append' })
   // every replacement bumps the generation (SPEC §8.6)
   const seriesBreak = breaks(state.replaceGeneration + commits.filter((c) => c.kind === 'replace').length)
-  const adapterDefaults = prepared?.adapterDefaults && Object.keys(prepared.adapterDefaults).length ? { adapterDefaults: prepared.adapterDefaults } : {}
-  const header: EpochHeader = JSON.parse(canonicalJson({ config: a.config, ...adapterDefaults, ...(proposal.tools.length ? { tools: proposal.tools } : {}) }))
-  if (!series.headerLogged) out.push(headerDraft({ header, reason: latest ? 'resume' : 'initial' }))
-  else if (!jsonEqual(header, latest)) out.push(headerDraft({ header, reason: 'change', ...(seriesBreak ? { startsSeries: true } : {}) }))
-  else if (seriesBreak) out.push(headerDraft({ header, reason: 'series' }))
+  const defaults = prepared?.adapterDefaults && Object.keys(prepared.adapterDefaults).length ? prepared.adapterDefaults : undefined
+  // the header's canonical text, its members in key order: adapterDefaults, config, tools
+  const text = `{${defaults ? `"adapterDefaults":${canonicalJson(defaults)},` : ''}"config":${canonicalJson(a.config)}${tools ? `,"tools":${tools}` : ''}}`
+  const header = () => JSON.parse(text) as EpochHeader
+  if (!series.headerLogged) out.push(headerDraft({ header: header(), reason: latest ? 'resume' : 'initial' }))
+  else if (!latest || text !== canonicalOf(latest)) out.push(headerDraft({ header: header(), reason: 'change', ...(seriesBreak ? { startsSeries: true } : {}) }))
+  else if (seriesBreak) out.push(headerDraft({ header: header(), reason: 'series' }))
   const ctx: Record<string, Json> = { provider: a.config.provider, model: a.config.model }
   if (prepared?.context.contextWindow !== undefined) ctx.contextWindow = prepared.context.contextWindow
   if (prepared?.systemPromptUpdate) ctx.systemPromptUpdate = prepared.systemPromptUpdate
