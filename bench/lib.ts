@@ -129,9 +129,10 @@ export interface DbCounters {
 // memoized per SQL text: the counting wrapper runs in the server's process and must not add to its CPU
 const keyCache = new Map<string, { tx: string; auto: string; writes: boolean }>()
 function sqlInfo(sql: string): { tx: string; auto: string; writes: boolean } {
-  // long texts (a group commit's) are unique: look them up by their head, and test for writes cheaply
+  // keyed by length and head, not the whole text: a text the server builds per call is a fresh string,
+  // and hashing all of it on every statement showed in the server's profile
   const long = sql.length > 2000
-  const id = long ? `${sql.slice(0, 200)}\u0000long` : sql
+  const id = `${sql.length}\u0000${sql.slice(0, 200)}`
   let k = keyCache.get(id)
   if (!k) {
     const head = sql.slice(0, 200).replace(/\s+/g, ' ').trim().slice(0, 70)
