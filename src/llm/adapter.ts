@@ -44,8 +44,11 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
   }
   const apiKey = typeof call.apiKey === 'string' ? call.apiKey : undefined
   const secrets = apiKey ? [apiKey] : []
-  // our own controller also ends the provider request when the consumer stops iterating early
+  // our own controller ends the provider request when the turn aborts (the listener below forwards
+  // it) and when the consumer stops iterating early; one signal for the provider, without
+  // AbortSignal.any, whose composite signals cost a weak reference and a registry entry per call
   const local = new AbortController()
+  const forward = () => local.abort(signal.reason)
   const http: HttpObservation = {}
   let started = false
   const fail = (message: string, extra: { contextOverflow?: boolean } = {}): StreamChunk => {
@@ -61,9 +64,10 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
 
   let events: AsyncIterator<AssistantMessageEvent>
   let window: HttpWindow<ReturnType<typeof streamSimple>> | undefined
+  signal.addEventListener('abort', forward, { once: true })
   try {
     const options: SimpleStreamOptions & { stop?: readonly string[] } = {
-      signal: AbortSignal.any([signal, local.signal]),
+      signal: local.signal,
       maxRetries: 0, // retries are durable llm/retry events (DESIGN.md §3)
       onResponse: (r) => {
         http.status = r.status
@@ -84,6 +88,7 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
     events = window.value[Symbol.asyncIterator]()
   } catch (e) {
     window?.close()
+    signal.removeEventListener('abort', forward)
     yield fail(errorText(e))
     return
   }
@@ -132,6 +137,7 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
   } finally {
     window.close()
     signal.removeEventListener('abort', aborted)
+    signal.removeEventListener('abort', forward)
     if (!finished || signal.aborted) local.abort()
     void events.return?.()?.catch(() => {})
   }
