@@ -52,28 +52,27 @@ const MAX_IN_FLIGHT = 2
 /** units per statement at most */
 const MAX_GROUP = 64
 
-/** The group's two JSON columns sent as one joined text each (db.ts joinTexts): the inbox, the event bodies (0-based parameter indexes). */
-const INBOX_COL = 10
-const BODY_COL = 36
-
 /**
- * The group's statement: ONE fixed text whatever the group holds, its units as parallel arrays (one
- * element per unit, per event, per side row). It is prepared once per connection (db.ts
- * StatementNames) and planned as a handful of joins, where a text written out per unit had
+ * The group's statement: ONE fixed text whatever the group holds. It is prepared once per connection
+ * (db.ts StatementNames) and planned as a handful of joins, where a text written out per unit had
  * PostgreSQL parse and plan four CTEs per unit on every group (measured: a 40-unit group spent about
  * 10 ms planning and 15 ms parsing against 3–6 ms executing, a database core's worth at 100 sessions).
+ * Its parameters are three: $1, the group as ONE jsonb document (its units, events and side rows as
+ * lists of records, read with jsonb_to_recordset); $2, the events' bodies as one joined text (db.ts
+ * joinTexts: JSON bodies would be escaped once more inside a JSON document); $3, the time side rows are
+ * stamped with. One document instead of sixty-odd array parameters: the pg driver serialized and
+ * escaped every array element of every parameter in JavaScript, about a fifth of what a group cost the
+ * server to send. Text members (the inbox, the last turn, a webhook's extra) travel as JSON strings, so
+ * they are stored exactly as written.
  * `v` is the units; `moved` moves the rows whose conditions hold (expected seq, lease, flags, the
  * slot guard); every other CTE joins `moved`, so nothing of a unit whose row did not move is written.
  * Units never share a session (the committer sees to it), so no row is touched twice.
  */
 const GROUP_SQL = repeatedText(`WITH v AS (
-  SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bigint[], $5::text[], $6::bool[], $7::bool[], $8::bool[], $9::int[], $10::bigint[],
-    ${splitTexts(`$${INBOX_COL + 1}`)}, $12::bool[], $13::int[], $14::text[], $15::int[], $16::bool[], $17::bool[], $18::text[], $19::bool[], $20::int[],
-    $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::float8[], $26::bool[], $27::bool[],
-    $28::text[], $29::int[], $30::int[], $31::text[], $32::bigint[]) WITH ORDINALITY
-    AS v(key, expect_seq, lease_owner, lease_token, f_run, f_cancel, f_wake, slot_guard, next_seq, last_time,
-      inbox, set_open, open_turn, run_state, wake_mode, cancel, wake, last_turn, set_cont, cont,
-      ui, uo, ucr, ucw, uc, slot_take, slot_free, wh_type, wh_turn, wh_seq, wh_extra, wh_time, ord)
+  SELECT * FROM jsonb_to_recordset($1::jsonb -> 'u')
+    AS v(ord int, key uuid, expect_seq int, lease_owner text, lease_token bigint, f_run text, f_cancel bool, f_wake bool, slot_guard bool, next_seq int, last_time bigint,
+      inbox text, set_open bool, open_turn int, run_state text, wake_mode int, cancel bool, wake bool, last_turn text, set_cont bool, cont int,
+      ui bigint, uo bigint, ucr bigint, ucw bigint, uc float8, slot_take bool, slot_free bool, wh_type text, wh_turn int, wh_seq int, wh_extra text, wh_time bigint)
 ), moved AS (
   UPDATE sessions s SET next_seq = v.next_seq, last_time = v.last_time, updated_at = v.last_time,
     inbox = coalesce(v.inbox, s.inbox),
@@ -94,43 +93,43 @@ const GROUP_SQL = repeatedText(`WITH v AS (
   RETURNING v.ord, s.key, s.tenant_id, s.id, s.run_state, s.cancel_pending, s.wake_latched, v.slot_take, v.slot_free, v.wh_type, v.wh_turn, v.wh_seq, v.wh_extra, v.wh_time
 ), ins AS (
   INSERT INTO session_events (session_key, seq, time, type, body)
-  SELECT m.key, e.seq, e.time, e.type, e.body FROM unnest($33::int[], $34::int[], $35::bigint[], $36::text[], ${splitTexts(`$${BODY_COL + 1}`)}) AS e(ord, seq, time, type, body) JOIN moved m ON m.ord = e.ord
+  SELECT m.key, e.seq, e.time, e.type, b.body
+  FROM ROWS FROM (jsonb_to_recordset($1::jsonb -> 'e') AS (ord int, seq int, time bigint, type text)) WITH ORDINALITY AS e(ord, seq, time, type, i)
+  JOIN unnest(${splitTexts('$2')}) WITH ORDINALITY AS b(body, i) ON b.i = e.i
+  JOIN moved m ON m.ord = e.ord
   RETURNING session_key
 ), ledger AS (
   ${ledgerUpsert(`SELECT m.tenant_id, l.day::date, l.model, m.key, m.id, l.i, l.o, l.cr, l.cw, l.c, l.a
-    FROM unnest($38::int[], $39::text[], $40::text[], $41::bigint[], $42::bigint[], $43::bigint[], $44::bigint[], $45::float8[], $46::int[]) AS l(ord, day, model, i, o, cr, cw, c, a)
+    FROM jsonb_to_recordset($1::jsonb -> 'l') AS l(ord int, day text, model text, i bigint, o bigint, cr bigint, cw bigint, c float8, a int)
     JOIN moved m ON m.ord = l.ord`)}
 ), totals AS (
-  ${totalsUpsert(`SELECT m.tenant_id, p.period, sum(p.tokens), sum(p.cost) FROM unnest($47::int[], $48::text[], $49::bigint[], $50::float8[]) AS p(ord, period, tokens, cost)
+  ${totalsUpsert(`SELECT m.tenant_id, p.period, sum(p.tokens), sum(p.cost) FROM jsonb_to_recordset($1::jsonb -> 'p') AS p(ord int, period text, tokens bigint, cost float8)
     JOIN moved m ON m.ord = p.ord GROUP BY m.tenant_id, p.period`)}
 ), slot_take AS (
-  INSERT INTO running_slots (session_key, tenant_id, taken_at) SELECT m.key, m.tenant_id, $62 FROM moved m WHERE m.slot_take
+  INSERT INTO running_slots (session_key, tenant_id, taken_at) SELECT m.key, m.tenant_id, $3 FROM moved m WHERE m.slot_take
   ON CONFLICT (session_key) DO UPDATE SET taken_at = EXCLUDED.taken_at
 ), slot_free AS (
   DELETE FROM running_slots r USING moved m WHERE m.slot_free AND r.session_key = m.key
 ), hooks AS (
   INSERT INTO webhook_deliveries (id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, next_attempt_at)
-  SELECT ${DELIVERY_ID_SQL}, w.id, m.wh_type, m.id, m.wh_turn, m.wh_seq, m.wh_extra, m.wh_time, $62, $62
+  SELECT ${DELIVERY_ID_SQL}, w.id, m.wh_type, m.id, m.wh_turn, m.wh_seq, m.wh_extra, m.wh_time, $3, $3
   FROM moved m JOIN webhooks w ON w.tenant_id = m.tenant_id AND m.wh_type = ANY(w.events)
   WHERE m.wh_type IS NOT NULL
 ), pending_ins AS (
   INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at)
-  SELECT m.key, p.call_id, p.kind, p.name, p.arguments, $62 FROM unnest($51::int[], $52::text[], $53::text[], $54::text[], $55::text[]) AS p(ord, call_id, kind, name, arguments)
+  SELECT m.key, p.call_id, p.kind, p.name, p.arguments, $3 FROM jsonb_to_recordset($1::jsonb -> 'pi') AS p(ord int, call_id text, kind text, name text, arguments text)
   JOIN moved m ON m.ord = p.ord
   ON CONFLICT (session_key, call_id) DO UPDATE SET kind = EXCLUDED.kind, answered = false, answer = NULL
 ), pending_del AS (
-  DELETE FROM pending_calls c USING unnest($56::int[], $57::text[]) AS d(ord, call_id), moved m WHERE m.ord = d.ord AND c.session_key = m.key AND c.call_id = d.call_id
+  DELETE FROM pending_calls c USING jsonb_to_recordset($1::jsonb -> 'pd') AS d(ord int, call_id text), moved m WHERE m.ord = d.ord AND c.session_key = m.key AND c.call_id = d.call_id
 ), idem AS (
   INSERT INTO idempotency (session_key, message_id, route, body_hash, seq, created_at)
-  SELECT m.key, i.message_id, i.route, i.body_hash, i.seq, $62 FROM unnest($58::int[], $59::text[], $60::text[], $61::text[], $63::int[]) AS i(ord, message_id, route, body_hash, seq)
+  SELECT m.key, i.message_id, i.route, i.body_hash, i.seq, $3 FROM jsonb_to_recordset($1::jsonb -> 'id') AS i(ord int, message_id text, route text, body_hash text, seq int)
   JOIN moved m ON m.ord = i.ord
 )
 SELECT m.ord AS u, m.run_state, m.cancel_pending, m.wake_latched, coalesce(n.n, 0) AS n,
   CASE WHEN m.wh_type IS NULL THEN 0 ELSE (SELECT count(*)::int FROM webhooks w WHERE w.tenant_id = m.tenant_id AND m.wh_type = ANY(w.events)) END AS w
 FROM moved m LEFT JOIN (SELECT session_key, count(*)::int AS n FROM ins GROUP BY session_key) n ON n.session_key = m.key`)
-
-/** The flag columns of a unit's expectation, in the statement's order. */
-const FLAGS = ['runState', 'cancelPending', 'wakeLatched'] as const
 
 /**
  * Whether a unit's side rows have a place in the group's statement: at most one webhook delivery,
@@ -163,49 +162,78 @@ export function groupable(u: GroupUnit): boolean {
   return hooks <= 1 && slots <= 1
 }
 
-/** The group's parameters: the units' columns, then their events and side rows, each tagged with its unit's ordinal. */
+/** The group's parameters (GROUP_SQL): its document, its events' bodies, the time its side rows are stamped with. */
 function groupParams(units: readonly GroupUnit[]): unknown[] {
-  // cols[i] is parameter $(i + 1); $62, the time side rows are stamped with, is one scalar for the group
-  const cols: unknown[][] = Array.from({ length: 63 }, () => [])
-  const push = (from: number, ...values: unknown[]) => values.forEach((x, i) => cols[from + i].push(x))
-  units.forEach((u, i) => {
+  const u: Array<Record<string, unknown>> = []
+  const e: Array<Record<string, unknown>> = []
+  const l: Array<Record<string, unknown>> = []
+  const p: Array<Record<string, unknown>> = []
+  const pi: Array<Record<string, unknown>> = []
+  const pd: Array<Record<string, unknown>> = []
+  const id: Array<Record<string, unknown>> = []
+  const bodies: string[] = []
+  units.forEach((unit, i) => {
     const ord = i + 1
-    const last = u.events[u.events.length - 1]
-    const p = u.patch
-    const f = u.expect.flags ?? {}
-    const side = u.side ?? []
-    const hook = side.find((r): r is Extract<SideRow, { kind: 'webhook' }> => r.kind === 'webhook')
-    const slotTake = side.some((r) => r.kind === 'slot-take')
-    const wakeMode = p.runState !== undefined && p.runState !== 'idle' ? (p.openTurn === null ? 1 : 2) : 0
-    const usage = p.usage
-    // $1–$32: the unit
-    push(0, u.key, u.expect.nextSeq, u.expect.lease?.owner ?? null, u.expect.lease?.token ?? null)
-    push(4, ...FLAGS.map((k) => f[k] ?? null), slotTake, last.seq + 1, last.time)
-    push(10, p.inbox ? JSON.stringify(p.inbox) : null, p.openTurn !== undefined, p.openTurn ?? null, p.runState ?? null, wakeMode, p.cancelPending ?? null, p.wakeLatched ?? null)
-    push(17, p.lastTurn ? JSON.stringify(p.lastTurn) : null, p.continueTurn !== undefined, p.continueTurn ?? null)
-    push(20, usage?.inputTokens ?? 0, usage?.outputTokens ?? 0, usage?.cacheReadTokens ?? 0, usage?.cacheWriteTokens ?? 0, usage?.costUsd ?? 0)
-    push(25, slotTake, side.some((r) => r.kind === 'slot-free'))
-    push(27, hook?.event.type ?? null, hook?.event.turn ?? null, hook?.event.seq ?? null, hook ? JSON.stringify(hook.event.extra) : null, hook?.event.time ?? null)
-    // $33–$37: its events
-    for (const e of u.events) push(32, ord, e.seq, e.time, e.type, e.json)
-    // $38–$50: its settlements (ledger rows, period amounts)
-    for (const e of u.usage ?? []) push(37, ord, e.day, e.model, e.usage.inputTokens, e.usage.outputTokens, e.usage.cacheReadTokens, e.usage.cacheWriteTokens, e.usage.costUsd, e.attempts)
-    for (const [period, a] of usagePeriods(u.usage ?? [])) push(46, ord, period, a.tokens, a.costUsd)
-    // $51–$61, $63: its pending calls and idempotency records
-    for (const r of side) {
-      if (r.kind === 'pending-insert') push(50, ord, r.call.callId, r.call.kind, r.call.name, r.call.arguments)
-      else if (r.kind === 'pending-delete') for (const id of r.callIds ?? []) push(55, ord, id)
-      else if (r.kind === 'idempotency') {
-        push(57, ord, r.messageId, r.route, r.bodyHash)
-        cols[62].push(r.seq)
-      }
+    const last = unit.events[unit.events.length - 1]
+    const patch = unit.patch
+    const f = unit.expect.flags ?? {}
+    let hook: Extract<SideRow, { kind: 'webhook' }> | undefined
+    let slotTake = false
+    let slotFree = false
+    for (const r of unit.side ?? []) {
+      if (r.kind === 'webhook') hook = r
+      else if (r.kind === 'slot-take') slotTake = true
+      else if (r.kind === 'slot-free') slotFree = true
+      else if (r.kind === 'pending-insert') pi.push({ ord, call_id: r.call.callId, kind: r.call.kind, name: r.call.name, arguments: r.call.arguments })
+      else if (r.kind === 'pending-delete') for (const callId of r.callIds ?? []) pd.push({ ord, call_id: callId })
+      else if (r.kind === 'idempotency') id.push({ ord, message_id: r.messageId, route: r.route, body_hash: r.bodyHash, seq: r.seq })
     }
+    const usage = patch.usage
+    // absent members read as NULL (jsonb_to_recordset)
+    u.push({
+      ord,
+      key: unit.key,
+      expect_seq: unit.expect.nextSeq,
+      lease_owner: unit.expect.lease?.owner,
+      lease_token: unit.expect.lease?.token,
+      f_run: f.runState,
+      f_cancel: f.cancelPending,
+      f_wake: f.wakeLatched,
+      slot_guard: slotTake,
+      next_seq: last.seq + 1,
+      last_time: last.time,
+      inbox: patch.inbox ? JSON.stringify(patch.inbox) : undefined,
+      set_open: patch.openTurn !== undefined,
+      open_turn: patch.openTurn ?? undefined,
+      run_state: patch.runState,
+      wake_mode: patch.runState !== undefined && patch.runState !== 'idle' ? (patch.openTurn === null ? 1 : 2) : 0,
+      cancel: patch.cancelPending,
+      wake: patch.wakeLatched,
+      last_turn: patch.lastTurn ? JSON.stringify(patch.lastTurn) : undefined,
+      set_cont: patch.continueTurn !== undefined,
+      cont: patch.continueTurn ?? undefined,
+      ui: usage?.inputTokens ?? 0,
+      uo: usage?.outputTokens ?? 0,
+      ucr: usage?.cacheReadTokens ?? 0,
+      ucw: usage?.cacheWriteTokens ?? 0,
+      uc: usage?.costUsd ?? 0,
+      slot_take: slotTake,
+      slot_free: slotFree,
+      wh_type: hook?.event.type,
+      wh_turn: hook?.event.turn,
+      wh_seq: hook?.event.seq,
+      wh_extra: hook ? JSON.stringify(hook.event.extra) : undefined,
+      wh_time: hook?.event.time,
+    })
+    for (const ev of unit.events) {
+      e.push({ ord, seq: ev.seq, time: ev.time, type: ev.type })
+      bodies.push(ev.json)
+    }
+    // its settlements: ledger rows and the amounts they add to each period
+    for (const x of unit.usage ?? []) l.push({ ord, day: x.day, model: x.model, i: x.usage.inputTokens, o: x.usage.outputTokens, cr: x.usage.cacheReadTokens, cw: x.usage.cacheWriteTokens, c: x.usage.costUsd, a: x.attempts })
+    for (const [period, a] of usagePeriods(unit.usage ?? [])) p.push({ ord, period, tokens: a.tokens, cost: a.costUsd })
   })
-  const params: unknown[] = cols
-  params[INBOX_COL] = joinTexts(cols[INBOX_COL] as Array<string | null>)
-  params[BODY_COL] = joinTexts(cols[BODY_COL] as string[])
-  params[61] = Date.now()
-  return params
+  return [JSON.stringify({ u, e, l, p, pi, pd, id }), joinTexts(bodies), Date.now()]
 }
 
 interface Waiting {
