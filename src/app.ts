@@ -206,7 +206,22 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         if (!o.db) await db.close()
       },
     }
-    app.http = await buildHttp({ config, db, log, intake, sessions, feeds, metrics, tenancy, secrets, webhooks, snapshot, driver, ready: () => schemaCurrent(db) })
+    app.http = await buildHttp({
+      config,
+      db,
+      log,
+      intake,
+      sessions,
+      feeds,
+      metrics,
+      tenancy,
+      secrets,
+      webhooks,
+      snapshot,
+      driver,
+      ready: () => schemaCurrent(db),
+      onTenantChanged: (fn) => tenancy.onLimitsChanged(fn),
+    })
     if (o.listen !== false) {
       app.url = await app.http.listen({ port: config.port, host: config.host })
       log.info({ url: app.url, role: config.role, database: db.kind }, 'agentd listening')

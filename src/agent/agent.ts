@@ -8,7 +8,7 @@ import type { Logger } from 'pino'
 import type { Context } from 'cordis'
 import type { LiveAttempts } from '../bus/index.js'
 import { unwrapService, type Hooks } from '../hooks/index.js'
-import { errorChain, hasPending, listOf, planClear, planDelivery, ROUTE_WAKES, toUserMessage, type AgentCancelCause, type DeliveryRoute, type Json, type MessageInput, type SessionState, type UserMessage } from '../session/index.js'
+import { errorChain, hasPending, listOf, planClear, planDelivery, ROUTE_WAKES, toUserMessage, type AgentCancelCause, type DeliveryRoute, type Inbox, type Json, type MessageInput, type SessionState, type UserMessage } from '../session/index.js'
 import type { LeanRow, SessionRow, StoredEvent } from '../store/index.js'
 import type { LlmService } from '../llm/index.js'
 import { McpClients, type HostPolicy, type SecretResolver, type ToolRegistry } from '../tools/index.js'
@@ -159,6 +159,19 @@ export class Agent implements Loop {
   /** The lease this Agent appends under. */
   get lease(): Lease {
     return this.sessionLog.lease
+  }
+
+  /**
+   * What a delivery accepted in this process can plan on without reading the row (intake.ts
+   * deliverLocal): the folded log (its next seq, last time and inbox, a copy) and the row flags this
+   * driver last saw. A stale view only makes the delivery's conditional append fail and read the row.
+   * Undefined once disposed, or while no row is known.
+   */
+  localRow(): (LeanRow & { inbox: Inbox }) | undefined {
+    const row = this.sessionLog.row
+    if (!row || this.disposed) return undefined
+    const s = this.state
+    return { ...row, nextSeq: s.nextSeq, lastTime: s.lastTime, inbox: structuredClone(s.inbox) }
   }
 
   /** Forgets the row flags last seen: the next unit reads the row again. */

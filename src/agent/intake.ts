@@ -25,6 +25,8 @@ export interface IntakeDeps {
 /** The Agents driven in this process, by session key (the worker host). */
 export interface LocalAgents {
   agent(key: string): { handle(plugin?: string): unknown } | undefined
+  /** the Agent of session `id` while this process drives it: deliveries to it plan on its log (deliverLocal) */
+  local?(id: string): { key: string; tenantId: string; localRow(): (LeanRow & { inbox: Inbox }) | undefined } | undefined
 }
 
 export const bodyHash = (route: string, body: unknown) => crypto.createHash('sha256').update(`${route}\n${canonicalJson(body)}`).digest('hex')
@@ -103,6 +105,49 @@ export class Intake {
         return { messageId: message.id, seq: r.events[0].seq, replayed: false }
       }
       return this.deliverLocked(row, route, message, idempotency)
+    })
+  }
+
+  /** Whether this process drives session `id` of this tenant (a delivery to it may go by deliverLocal). */
+  drivesLocally(sessionId: string, tenantId: string): boolean {
+    return this.d.agents?.local?.(sessionId)?.tenantId === tenantId
+  }
+
+  /**
+   * A delivery to a session this process drives, by a key the process authenticated before and has not
+   * read again: ONE statement. It plans on the driver's folded log and the row flags it last saw
+   * instead of reading the row, and its append is conditioned, besides the seq and the flags, on the
+   * key still existing unrevoked (side row 'key-live'), so a revoked key is refused at once even
+   * though nothing was read (API.md §3). Answers null when anything is off — the session is not driven
+   * here, belongs to another tenant, its view is stale, the key is gone, or the message is a replay of
+   * a named one — and the caller authenticates against the database and delivers as usual.
+   */
+  async deliverLocal(sessionId: string, tenantId: string, keyId: string, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<(Accepted & { replayed: boolean }) | null> {
+    const agent = this.d.agents?.local?.(sessionId)
+    if (!agent || agent.tenantId !== tenantId) return null
+    const { key } = agent
+    if (this.d.publisher.isPublishing(key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
+    return this.d.mutex.run(key, async () => {
+      const snap = agent.localRow()
+      if (!snap) return null
+      // a replay answers from the record, with no statement to confirm the key in: the usual path
+      if (idempotency && (await findIdempotency(this.d.db, key, message.id))) return null
+      const plan = this.deliveryOf(snap, route, message)
+      const events = stamp(snap, plan.drafts)
+      let r
+      try {
+        r = await appendConditional(this.d.db, key, { nextSeq: snap.nextSeq, flags: { runState: snap.runState, cancelPending: snap.cancelPending } }, events, plan.patch, [
+          ...idempotencyRow(message, route, idempotency, events),
+          { kind: 'key-live', keyId },
+        ])
+      } catch (e) {
+        if ((e as { code?: string }).code === '23505' && idempotency) return null
+        throw e
+      }
+      if (!r) return null
+      this.d.publisher.committed({ key, id: sessionId }, r.events)
+      plan.after(key, sessionId)
+      return { messageId: message.id, seq: r.events[0].seq, replayed: false }
     })
   }
 

@@ -30,6 +30,8 @@ export interface HttpDeps {
   /** the driver side: manual compaction, deletion, fork checks */
   driver: DriverControl
   ready(): Promise<boolean>
+  /** calls fn when a tenant's limits changed in any process (null: anything may have; auth.ts drops cached principals) */
+  onTenantChanged?(fn: (tenantId: string | null) => void): () => void
 }
 
 export interface DriverControl {
@@ -72,5 +74,11 @@ declare module 'fastify' {
     session?: SessionRow
     /** the session the auth hook read with the key (null: the tenant has none by that id) */
     preloadedSession?: SessionRow | null
+    /**
+     * set when the auth hook took the principal from its cache for a delivery to a session this
+     * process drives (auth.ts): the delivery confirms the key in its statement; `confirm` reads the key
+     * and the session as the hook would have, before any other answer
+     */
+    deferredKey?: { keyId: string; confirm(): Promise<void> }
   }
 }

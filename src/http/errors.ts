@@ -83,8 +83,24 @@ export function errorReply(reply: FastifyReply, e: ApiError): FastifyReply {
  */
 const DISCARD_LIMIT = 64 * 1024 * 1024
 
-/** The error handler of the root; every scope inherits it. */
-export function handleError(err: unknown, req: FastifyRequest, reply: FastifyReply): FastifyReply {
+/**
+ * The error handler of the root; every scope inherits it. A request whose key was not read yet
+ * (req.deferredKey, auth.ts) has it read first: an unknown or revoked key answers 401 whatever else
+ * went wrong, as when the auth hook reads it.
+ */
+export function handleError(err: unknown, req: FastifyRequest, reply: FastifyReply): FastifyReply | Promise<FastifyReply> {
+  const deferred = req.deferredKey
+  if (deferred) {
+    req.deferredKey = undefined
+    return deferred.confirm().then(
+      () => answerError(err, req, reply),
+      (authErr: unknown) => answerError(authErr, req, reply),
+    )
+  }
+  return answerError(err, req, reply)
+}
+
+function answerError(err: unknown, req: FastifyRequest, reply: FastifyReply): FastifyReply {
   const e = toApiError(err)
   if (e.code === 'internal') req.log.error({ err }, 'internal error')
   else if (e.code === 'unavailable') req.log.warn({ err: (err as Error)?.message }, 'database unavailable')

@@ -14,9 +14,21 @@ export const sessionStatus = (row: SessionRow) => publicStatus(row.runState)
 /** The loaded session of a `session: true` route. */
 export const sessionOf = (req: FastifyRequest): SessionRow => req.session!
 
+/**
+ * A request whose key the auth hook did not read (req.deferredKey): reads the key and the session now,
+ * as the hooks would have (401, 404), and loads req.session. Once per request; a no-op otherwise.
+ */
+export async function confirmKey(req: FastifyRequest): Promise<void> {
+  const d = req.deferredKey
+  if (!d) return
+  await d.confirm()
+  if (req.routeOptions.config.session) req.session = req.preloadedSession!
+}
+
 export const sessionLoading = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
   scope.addHook('preValidation', async (req) => {
-    if (!req.routeOptions.config.session) return
+    // a delivery whose key is confirmed in its own statement loads nothing now (auth.ts, inbox.ts)
+    if (!req.routeOptions.config.session || req.deferredKey) return
     const id = (req.params as { id: string }).id
     // read by the auth hook together with the key, else here
     const row = req.preloadedSession !== undefined ? req.preloadedSession : await getSession(deps.db, req.principal!.tenantId, id)

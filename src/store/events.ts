@@ -122,7 +122,7 @@ async function conditionalOne(db: Queryable, u: GroupUnit, side: readonly SideRo
     params.push(v)
     where += ` AND ${column[k as keyof typeof column]} = $${params.length}`
   }
-  for (const g of sideGuards(side)) where += ` AND ${g}`
+  for (const g of sideGuards(side, params)) where += ` AND ${g}`
   const sets = rowSets({ nextSeq: last.seq + 1, lastTime: last.time }, patch, params)
   const sides = sideCtes(side, params)
   const deliveries = sides.counted.length ? `, (${sides.counted.map((c) => `(SELECT count(*)::int FROM ${c})`).join(' + ')}) AS w` : ''

@@ -21,7 +21,7 @@
 
 import { DbUnavailableError, joinTexts, repeatedText, splitTexts, type Db, type QueryResult } from './db.js'
 import type { RowPatch, RunState } from './sessions.js'
-import type { SideRow } from './side.js'
+import { keyLiveGuard, type SideRow } from './side.js'
 import { slotTakeGuard } from './slots.js'
 import { ledgerUpsert, totalsUpsert, usagePeriods } from './usage.js'
 import { DELIVERY_ID_SQL, markDeliveries } from './webhooks.js'
@@ -72,7 +72,8 @@ const GROUP_SQL = repeatedText(`WITH v AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb -> 'u')
     AS v(ord int, key uuid, expect_seq int, lease_owner text, lease_token bigint, f_run text, f_cancel bool, f_wake bool, slot_guard bool, next_seq int, last_time bigint,
       inbox text, set_open bool, open_turn int, run_state text, wake_mode int, cancel bool, wake bool, last_turn text, set_cont bool, cont int,
-      ui bigint, uo bigint, ucr bigint, ucw bigint, uc float8, slot_take bool, slot_free bool, wh_type text, wh_turn int, wh_seq int, wh_extra text, wh_time bigint)
+      ui bigint, uo bigint, ucr bigint, ucw bigint, uc float8, slot_take bool, slot_free bool, wh_type text, wh_turn int, wh_seq int, wh_extra text, wh_time bigint,
+      key_id uuid)
 ), moved AS (
   UPDATE sessions s SET next_seq = v.next_seq, last_time = v.last_time, updated_at = v.last_time,
     inbox = coalesce(v.inbox, s.inbox),
@@ -90,6 +91,7 @@ const GROUP_SQL = repeatedText(`WITH v AS (
     AND (v.lease_owner IS NULL OR (s.lease_owner = v.lease_owner AND s.lease_token = v.lease_token))
     AND (v.f_run IS NULL OR s.run_state = v.f_run) AND (v.f_cancel IS NULL OR s.cancel_pending = v.f_cancel) AND (v.f_wake IS NULL OR s.wake_latched = v.f_wake)
     AND (NOT v.slot_guard OR ${slotTakeGuard('s')})
+    AND (v.key_id IS NULL OR ${keyLiveGuard('v.key_id')})
   RETURNING v.ord, s.key, s.tenant_id, s.id, s.run_state, s.cancel_pending, s.wake_latched, v.slot_take, v.slot_free, v.wh_type, v.wh_turn, v.wh_seq, v.wh_extra, v.wh_time
 ), ins AS (
   INSERT INTO session_events (session_key, seq, time, type, body)
@@ -140,10 +142,14 @@ FROM moved m LEFT JOIN (SELECT session_key, count(*)::int AS n FROM ins GROUP BY
 export function groupable(u: GroupUnit): boolean {
   let hooks = 0
   let slots = 0
+  let keys = 0
   for (const r of u.side ?? []) {
     switch (r.kind) {
       case 'webhook':
         hooks++
+        break
+      case 'key-live':
+        keys++
         break
       case 'slot-take':
       case 'slot-free':
@@ -159,7 +165,7 @@ export function groupable(u: GroupUnit): boolean {
         return false
     }
   }
-  return hooks <= 1 && slots <= 1
+  return hooks <= 1 && slots <= 1 && keys <= 1
 }
 
 /** The group's parameters (GROUP_SQL): its document, its events' bodies, the time its side rows are stamped with. */
@@ -178,6 +184,7 @@ function groupParams(units: readonly GroupUnit[]): unknown[] {
     const patch = unit.patch
     const f = unit.expect.flags ?? {}
     let hook: Extract<SideRow, { kind: 'webhook' }> | undefined
+    let keyId: string | undefined
     let slotTake = false
     let slotFree = false
     for (const r of unit.side ?? []) {
@@ -187,6 +194,7 @@ function groupParams(units: readonly GroupUnit[]): unknown[] {
       else if (r.kind === 'pending-insert') pi.push({ ord, call_id: r.call.callId, kind: r.call.kind, name: r.call.name, arguments: r.call.arguments })
       else if (r.kind === 'pending-delete') for (const callId of r.callIds ?? []) pd.push({ ord, call_id: callId })
       else if (r.kind === 'idempotency') id.push({ ord, message_id: r.messageId, route: r.route, body_hash: r.bodyHash, seq: r.seq })
+      else if (r.kind === 'key-live') keyId = r.keyId
     }
     const usage = patch.usage
     // absent members read as NULL (jsonb_to_recordset)
@@ -224,6 +232,7 @@ function groupParams(units: readonly GroupUnit[]): unknown[] {
       wh_seq: hook?.event.seq,
       wh_extra: hook ? JSON.stringify(hook.event.extra) : undefined,
       wh_time: hook?.event.time,
+      key_id: keyId,
     })
     for (const ev of unit.events) {
       e.push({ ord, seq: ev.seq, time: ev.time, type: ev.type })

@@ -26,6 +26,11 @@ export type SideRow =
   | { kind: 'slot-free' }
   /** a delivery for each of the tenant's webhooks subscribed to the event (API.md §14) */
   | { kind: 'webhook'; event: WebhookEvent }
+  /**
+   * no row: the unit moves only while this API key exists unrevoked (a delivery authenticated from the
+   * process's memory confirms its key in its own statement, API.md §3 "stops working at once")
+   */
+  | { kind: 'key-live'; keyId: string }
 
 /**
  * Data-modifying statements on the session whose key is the placeholder `key` (one, or several in
@@ -42,16 +47,36 @@ const SIDE_SQL: { [K in SideRow['kind']]: SideSql<Extract<SideRow, { kind: K }>>
   'slot-take': (_r, params, when, key) => slotTakeSql(params, when, key),
   'slot-free': (_r, _params, when, key) => slotFreeSql(when, key),
   webhook: (r, params, when, key) => webhookSql(r.event, params, when, key),
+  'key-live': () => [],
 }
 
-/** Conditions a kind puts on the fast path's row move: when one fails, the unit takes the locked path. */
-const SIDE_GUARD: { [K in SideRow['kind']]?: () => string } = {
-  'slot-take': slotTakeGuard,
+/** Conditions a kind puts on the fast path's row move (its parameters pushed onto `params`): when one fails, the unit does not move. */
+const SIDE_GUARD: { [K in SideRow['kind']]?: (row: Extract<SideRow, { kind: K }>, params: unknown[]) => string } = {
+  'slot-take': () => slotTakeGuard(),
+  'key-live': (r, params) => {
+    params.push(r.keyId)
+    return keyLiveGuard(`$${params.length}`)
+  },
 }
+
+/** The condition of a 'key-live' side row: the key with this id exists and is not revoked. */
+export const keyLiveGuard = (keyId: string): string => `EXISTS (SELECT 1 FROM api_keys k WHERE k.id = ${keyId} AND k.revoked_at IS NULL)`
 
 /** Kinds the locked path writes with statements of their own, which may refuse the unit by throwing. */
 const SIDE_LOCKED: { [K in SideRow['kind']]?: (tx: Queryable, key: string, row: Extract<SideRow, { kind: K }>) => Promise<void> } = {
   'slot-take': (tx, key) => takeSlotLocked(tx, key),
+  'key-live': async (tx, _key, r) => {
+    const { rows } = await tx.query(`SELECT 1 AS live WHERE ${keyLiveGuard('$1')}`, [r.keyId])
+    if (!rows.length) throw new KeyRevokedError(r.keyId)
+  },
+}
+
+/** A unit written on the locked path whose 'key-live' key is gone or revoked: nothing of it is written. */
+export class KeyRevokedError extends Error {
+  constructor(readonly keyId: string) {
+    super(`API key ${keyId} is revoked or gone`)
+    this.name = 'KeyRevokedError'
+  }
 }
 
 function statements(row: SideRow, params: unknown[], when: string, key = '$1'): readonly string[] {
@@ -78,9 +103,14 @@ export function sideCtes(rows: readonly SideRow[], params: unknown[], o: { moved
   return { sql, counted }
 }
 
-/** The fast path's extra conditions on the row move, from its side rows. */
-export function sideGuards(rows: readonly SideRow[]): string[] {
-  return [...new Set(rows.flatMap((r) => SIDE_GUARD[r.kind]?.() ?? []))]
+/** The fast path's extra conditions on the row move, from its side rows (their parameters pushed onto `params`). */
+export function sideGuards(rows: readonly SideRow[], params: unknown[]): string[] {
+  const out = new Set<string>()
+  for (const r of rows) {
+    const g = SIDE_GUARD[r.kind] as ((row: SideRow, params: unknown[]) => string) | undefined
+    if (g) out.add(g(r, params))
+  }
+  return [...out]
 }
 
 /** The locked path's side rows, in the caller's transaction (the row is locked and moved). */

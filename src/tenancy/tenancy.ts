@@ -57,6 +57,14 @@ export class Tenancy {
     })
   }
 
+  /** Calls fn when a tenant's limits change in any process (null: the cross-process channel dropped, anything may have). */
+  onLimitsChanged(fn: (tenantId: string | null) => void): () => void {
+    return this.o.bus.onInvalidate((topic) => {
+      if (topic === null) fn(null)
+      else if (topic.startsWith(LIMITS_TOPIC)) fn(topic.slice(LIMITS_TOPIC.length))
+    })
+  }
+
   private forget(tenantId: string): void {
     this.generation++
     this.unbudgeted.delete(tenantId)

@@ -33,9 +33,30 @@ interface Held {
   releasing?: boolean
 }
 
+/** The held sessions by key, and the same by session id (a request names the id). */
+class HeldSessions extends Map<string, Held> {
+  private readonly ids = new Map<string, string>()
+
+  override set(key: string, h: Held): this {
+    this.ids.set(h.agent.id, key)
+    return super.set(key, h)
+  }
+
+  override delete(key: string): boolean {
+    const h = this.get(key)
+    if (h && this.ids.get(h.agent.id) === key) this.ids.delete(h.agent.id)
+    return super.delete(key)
+  }
+
+  byId(id: string): Held | undefined {
+    const key = this.ids.get(id)
+    return key === undefined ? undefined : this.get(key)
+  }
+}
+
 export class WorkerHost {
   readonly owner = `${os.hostname()}:${process.pid}:${crypto.randomBytes(4).toString('hex')}`
-  private readonly held = new Map<string, Held>()
+  private readonly held = new HeldSessions()
   private readonly claiming = new Map<string, Promise<Agent | null>>()
   /** sessions whose log does not fold: not driven again until the backoff passes */
   private readonly broken = new Map<string, number>()
@@ -68,6 +89,12 @@ export class WorkerHost {
 
   agent(key: string): Agent | undefined {
     return this.held.get(key)?.agent
+  }
+
+  /** The Agent of session `id` while this process drives it (not while it is being released). */
+  local(id: string): Agent | undefined {
+    const h = this.held.byId(id)
+    return h && !h.releasing && !h.agent.disposed ? h.agent : undefined
   }
 
   /** The Agents this process drives. */

@@ -30,6 +30,8 @@ export interface TestAppOptions {
   logStream?: { write(line: string): void }
   /** the webhook deliverer's timing (StartOptions.webhooks) */
   webhooks?: StartOptions['webhooks']
+  /** the database as the server sees it, e.g. a counting wrapper (helpers/db.ts countingDb) */
+  wrapDb?: (db: Db) => Db
 }
 
 export interface TestApp {
@@ -69,7 +71,7 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
   }
   const config = loadConfig(env)
   const opts: StartOptions = {
-    db: testDb.db,
+    db: o.wrapDb ? o.wrapDb(testDb.db) : testDb.db,
     log: o.logStream ? pino({ level: config.logLevel, redact: LOG_REDACT }, o.logStream) : pino({ level: config.logLevel }),
     llm: { extraModels: models.models, defaultModel: models.ref(), models: { providers: {} } },
     plugins: o.plugins?.map((p) => (root: Context) => p(root, testDb.db)),
