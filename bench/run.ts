@@ -109,7 +109,7 @@ async function main(): Promise<void> {
         try {
           if (m === 'turn') r = await benchTurn(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
           else if (m === 'throughput') {
-            const base = q ? { levels: [1, 10], turns: 3, warmRounds: 1 } : { levels: [1, 10, 100], turns: 20, maxTurnsPerLevel: kind === 'pglite' ? 400 : undefined }
+            const base = q ? { levels: [1, 10], turns: 3, warmRounds: 1, minLevelTurns: 6 } : { levels: [1, 10, 100], turns: 20, maxTurnsPerLevel: kind === 'pglite' ? 400 : undefined }
             r = await benchThroughput(kind, { ...base, levels: args.levels ?? base.levels, turns: args.turns ?? base.turns, peers: args.peers, cpuProf: args.cpuProf }, cp)
           }
           else if (m === 'growth') r = await benchGrowth(kind, q ? { sizes: [10, 1000], turns: 8, warmup: 5 } : { sizes: [10, 1000, 10000], turns: 40, warmup: 20 }, cp)

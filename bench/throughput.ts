@@ -8,7 +8,7 @@
 
 import type { ClientProc } from './clientproc.js'
 import { FloorWriter, floorSession, shape, type Unit } from './floor.js'
-import { createSession, dist, now, pool, snapshot, sqlMix, startBenchApp, type Kind } from './lib.js'
+import { createSession, dist, now, pool, sqlMix, startBenchApp, type DbCounters, type Kind } from './lib.js'
 import { benchModels, noopPlugin, NOOP_TOOL_SPEC, TOOL_MODEL } from './models.js'
 import { ms, num, times, yes, type Row } from './report.js'
 import { headSeq, turnUnits } from './turn.js'
@@ -26,7 +26,22 @@ export interface ThroughputOptions {
   cpuProf?: string
   /** warm-up rounds before the first level (default WARM_ROUNDS) */
   warmRounds?: number
+  /** the fewest turns a level measures, in rounds of fresh sessions (default MIN_LEVEL_TURNS) */
+  minLevelTurns?: number
 }
+
+/** A level measures at least this many turns (in rounds of fresh sessions, each `turns` long). */
+export const MIN_LEVEL_TURNS = 100
+
+/** Counters summed over the rounds of a level: `into` += the snapshot `c` (statement mix included). */
+function addCounters(into: DbCounters, c: DbCounters): void {
+  into.transactions += c.transactions
+  into.statements += c.statements
+  into.autocommit += c.autocommit
+  into.autocommitWrites += c.autocommitWrites
+  for (const [k, v] of Object.entries(c.bySql)) into.bySql[k] = (into.bySql[k] ?? 0) + v
+}
+const emptyCounters = (): DbCounters => ({ transactions: 0, statements: 0, autocommit: 0, autocommitWrites: 0, bySql: {} })
 
 /**
  * The server's warm-up before any level: rounds shaped like the measurement (fresh sessions, one
@@ -44,7 +59,10 @@ const WARM_SHAPE = [
 
 interface Level {
   sessions: number
+  /** turns per session (per round) */
   turns: number
+  /** rounds of fresh sessions (agentd; the floor's writers write turns × rounds each) */
+  rounds?: number
   /** CPU time of this (the server's) process per turn, ms */
   cpuMsPerTurn: number
   /** of which kernel time (system calls: sockets), ms */
@@ -114,32 +132,49 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       const total = c * turns
       return { sessions: c, turns, cpuMsPerTurn: (fcpu.user + fcpu.system) / 1000 / total, cpuSysMsPerTurn: fcpu.system / 1000 / total, turnsPerSec: (total / wallMs) * 1000, eventsPerSec: ((total * events) / wallMs) * 1000, wallMs, latency: dist(lat) }
     }
-    // each level: agentd, then the floor right after (same machine state)
+    // each level: agentd, then the floor right after (same machine state). A level measures at least
+    // MIN_LEVEL_TURNS turns, in rounds of fresh sessions of `turns` turns each (one session × 20 turns
+    // is about 0.2 s, too short a window to tell anything from the machine's noise)
     for (const c of o.levels) {
       const turns = Math.max(1, Math.min(o.turns, Math.floor((o.maxTurnsPerLevel ?? Infinity) / c)))
-      const ids = await pool(Array.from({ length: c }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] }))
-      // one turn each first: attach (lease claim, log load) and the initial request header are not steady state
-      await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: ids.map((s) => ({ id: s.id, after: -1 })), turns: 1 })
-      const sessions = await Promise.all(ids.map(async (s) => ({ id: s.id, after: await headSeq(b, s.id) })))
-      const tx0 = b.bdb.counters.transactions + b.bdb.counters.autocommitWrites
-      const c0 = snapshot(b.bdb.counters)
+      const rounds = Math.max(1, Math.ceil(Math.min(o.minLevelTurns ?? MIN_LEVEL_TURNS, o.maxTurnsPerLevel ?? Infinity) / (c * turns)))
+      let wallMs = 0
+      let cpuUser = 0
+      let cpuSys = 0
+      let durable = 0
+      const latencies: number[] = []
+      const before = emptyCounters()
+      const after = emptyCounters()
       if (o.cpuProf) await profileStart()
-      const cpu0 = process.cpuUsage()
-      const r = await cp.call({ op: 'turns', url: b.url, key: b.key, sessions, turns })
-      const cpu = process.cpuUsage(cpu0)
+      for (let round = 0; round < rounds; round++) {
+        const ids = await pool(Array.from({ length: c }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] }))
+        // one turn each first: attach (lease claim, log load) and the initial request header are not steady state
+        await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: ids.map((s) => ({ id: s.id, after: -1 })), turns: 1 })
+        const sessions = await Promise.all(ids.map(async (s) => ({ id: s.id, after: await headSeq(b, s.id) })))
+        addCounters(before, b.bdb.counters)
+        const cpu0 = process.cpuUsage()
+        const r = await cp.call({ op: 'turns', url: b.url, key: b.key, sessions, turns })
+        const cpu = process.cpuUsage(cpu0)
+        addCounters(after, b.bdb.counters)
+        wallMs += r.wallMs
+        cpuUser += cpu.user
+        cpuSys += cpu.system
+        durable += r.durable
+        latencies.push(...r.latencies)
+      }
       if (o.cpuProf) {
         const name = `throughput-${kind}-C${c}`
         const text = await profileStop(o.cpuProf, name)
         profiles[name] = text
       }
-      const total = c * turns
-      txPerTurn.push((b.bdb.counters.transactions + b.bdb.counters.autocommitWrites - tx0) / total)
-      const c1 = b.bdb.counters
-      perTurn.push({ sessions: c, sqlMix: sqlMix(c0, c1, total) as never, transactions: (c1.transactions - c0.transactions) / total, statements: (c1.statements - c0.statements) / total, autocommit: (c1.autocommit - c0.autocommit) / total, autocommitWrites: (c1.autocommitWrites - c0.autocommitWrites) / total })
-      agentd.push({ sessions: c, turns, cpuMsPerTurn: (cpu.user + cpu.system) / 1000 / total, cpuSysMsPerTurn: cpu.system / 1000 / total, turnsPerSec: (total / r.wallMs) * 1000, eventsPerSec: (r.durable / r.wallMs) * 1000, wallMs: r.wallMs, latency: dist(r.latencies) })
+      const total = c * turns * rounds
+      txPerTurn.push((after.transactions + after.autocommitWrites - before.transactions - before.autocommitWrites) / total)
+      perTurn.push({ sessions: c, rounds, sqlMix: sqlMix(before, after, total) as never, transactions: (after.transactions - before.transactions) / total, statements: (after.statements - before.statements) / total, autocommit: (after.autocommit - before.autocommit) / total, autocommitWrites: (after.autocommitWrites - before.autocommitWrites) / total })
+      agentd.push({ sessions: c, turns, rounds, cpuMsPerTurn: (cpuUser + cpuSys) / 1000 / total, cpuSysMsPerTurn: cpuSys / 1000 / total, turnsPerSec: (total / wallMs) * 1000, eventsPerSec: (durable / wallMs) * 1000, wallMs, latency: dist(latencies) })
 
-      floor.push(await floorLevel(c, turns, 'one'))
-      replay.push(await floorLevel(c, turns, 'replay'))
+      // the floor writes as many turns per writer as agentd's sessions took over all rounds
+      floor.push(await floorLevel(c, turns * rounds, 'one'))
+      replay.push(await floorLevel(c, turns * rounds, 'replay'))
       if (o.peers && kind === 'pg' && peersPresent()) {
         process.stdout.write(`   langgraph C=${c} × ${turns}\n`)
         peers.push(await runLanggraph(c, turns).catch((e) => ({ error: String((e as Error)?.message ?? e) })))
@@ -169,7 +204,7 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
     const ratio = a.turnsPerSec / f.turnsPerSec
     const judged = kind === 'pg' && (a.sessions === 10 || a.sessions === 100)
     rows.push({
-      measurement: `${plural(a.sessions)} × ${a.turns} turns: turns/s`,
+      measurement: `${plural(a.sessions)} × ${a.turns} turns${(a.rounds ?? 1) > 1 ? `, ${a.rounds} rounds` : ''}: turns/s`,
       db: kind,
       figure: `${num(a.turnsPerSec)} turns/s`,
       floor: `${num(f.turnsPerSec)} turns/s`,
