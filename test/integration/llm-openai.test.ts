@@ -4,7 +4,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { createLlmService, type LlmRequest, type LlmService } from '../../src/llm/index.js'
 import type { Message, StreamChunk } from '../../src/session/index.js'
 import { startOpenAiServer, type OpenAiServer } from '../helpers/openai-server.js'
-import { openHttpWindows } from '../../src/llm/http-observer.js'
+import { observeHttp, openHttpWindows } from '../../src/llm/http-observer.js'
 
 let srv: OpenAiServer
 let llm: LlmService
@@ -310,6 +310,16 @@ describe('the HTTP observation window (src/llm/http-observer.ts)', () => {
     expect(openHttpWindows()).toBe(0)
     ac.abort()
     expect(finish(await running).reason).toMatchObject({ kind: 'aborted' })
+    expect(openHttpWindows()).toBe(0)
+  })
+
+  it('a model without an HTTP origin opens no window: the promise hook stays off for the whole call', () => {
+    const inside: number[] = []
+    for (const baseUrl of [undefined, '', 'not a url']) observeHttp({}, baseUrl, () => inside.push(openHttpWindows()))
+    expect(inside).toEqual([0, 0, 0])
+    const w = observeHttp({}, 'http://127.0.0.1:1/v1', () => openHttpWindows())
+    expect(w.value).toBe(1)
+    w.close()
     expect(openHttpWindows()).toBe(0)
   })
 
