@@ -8,7 +8,7 @@
 
 import type { ClientProc } from './clientproc.js'
 import { FloorWriter, floorSession, shape, type Unit } from './floor.js'
-import { createSession, dist, now, pool, sqlMix, startBenchApp, type DbCounters, type Kind } from './lib.js'
+import { createSession, dist, now, pool, sqlMix, startBenchApp, type DbCounters, type Kind, type RawDb } from './lib.js'
 import { benchModels, noopPlugin, NOOP_TOOL_SPEC, TOOL_MODEL } from './models.js'
 import { ms, num, times, yes, type Row } from './report.js'
 import { headSeq, turnUnits } from './turn.js'
@@ -28,6 +28,18 @@ export interface ThroughputOptions {
   warmRounds?: number
   /** the fewest turns a level measures, in rounds of fresh sessions (default MIN_LEVEL_TURNS) */
   minLevelTurns?: number
+}
+
+/**
+ * A checkpoint before each measured window (PostgreSQL; PGlite has nothing to gain): every window
+ * starts from the same state, with no checkpoint in flight — one that a database drop requested (the
+ * LangGraph peer's, at the end of the previous level) would otherwise write out its pages, and every
+ * page's first change after it a full-page image into the WAL, inside whichever window came next.
+ * Without the privilege (superuser or pg_checkpoint) it is skipped.
+ */
+async function checkpoint(raw: RawDb): Promise<void> {
+  if (raw.kind !== 'pg') return
+  await raw.pool.query('CHECKPOINT').catch(() => {})
 }
 
 /** A level measures at least this many turns (in rounds of fresh sessions, each `turns` long). */
@@ -115,6 +127,7 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
     const floorLevel = async (c: number, turns: number, mode: 'one' | 'replay'): Promise<Level> => {
       const writers = await Promise.all(Array.from({ length: c }, async () => new FloorWriter(raw, await floorSession(raw, b.tenantId), mode)))
       await Promise.all(writers.map((fw) => fw.turn(units)))
+      await checkpoint(raw)
       const lat: number[] = []
       const fcpu0 = process.cpuUsage()
       const t0 = now()
@@ -151,6 +164,7 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
         // one turn each first: attach (lease claim, log load) and the initial request header are not steady state
         await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: ids.map((s) => ({ id: s.id, after: -1 })), turns: 1 })
         const sessions = await Promise.all(ids.map(async (s) => ({ id: s.id, after: await headSeq(b, s.id) })))
+        await checkpoint(raw)
         addCounters(before, b.bdb.counters)
         const cpu0 = process.cpuUsage()
         const r = await cp.call({ op: 'turns', url: b.url, key: b.key, sessions, turns })
