@@ -98,6 +98,20 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
   signal.addEventListener('abort', aborted, { once: true })
   const t = new Translator()
   let finished = false
+  let released = false
+  // Everything the call holds on the turn's signal and the provider. Run before the last chunks are
+  // yielded, not only in `finally`: a consumer stops pulling once it has the finish chunk, so a
+  // generator suspended at that yield never reaches its `finally`, and each attempt of a turn would
+  // leave its listeners on the turn's signal.
+  const release = () => {
+    if (released) return
+    released = true
+    window!.close()
+    signal.removeEventListener('abort', aborted)
+    signal.removeEventListener('abort', forward)
+    if (!finished || signal.aborted) local.abort()
+    void events.return?.()?.catch(() => {})
+  }
   try {
     for (;;) {
       // chunks are computed inside the try and yielded outside it, so even a translation bug ends
@@ -130,16 +144,15 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
         out = [fail(errorText(e))]
         last = true
       }
-      if (last) finished = true
+      if (last) {
+        finished = true
+        release()
+      }
       for (const c of out) yield c
       if (last) return
     }
   } finally {
-    window.close()
-    signal.removeEventListener('abort', aborted)
-    signal.removeEventListener('abort', forward)
-    if (!finished || signal.aborted) local.abort()
-    void events.return?.()?.catch(() => {})
+    release()
   }
 }
 

@@ -5,6 +5,7 @@ import { createLlmService, type LlmRequest, type LlmService } from '../../src/ll
 import type { Message, StreamChunk } from '../../src/session/index.js'
 import { startOpenAiServer, type OpenAiServer } from '../helpers/openai-server.js'
 import { observeHttp, openHttpWindows } from '../../src/llm/http-observer.js'
+import { getEventListeners } from 'node:events'
 
 let srv: OpenAiServer
 let llm: LlmService
@@ -297,6 +298,22 @@ describe('failures (SPEC §8.11)', () => {
     const chunks = await stream([user('hi')])
     expect(chunks).toEqual([{ type: 'finish', reason: { kind: 'error', failure: { code: 'AUTH', message: 'API key variable MOCK_KEY is not set (provider mock)' } } }])
     expect(srv.requests).toHaveLength(1)
+  })
+})
+
+describe("a call's hold on the turn's signal", () => {
+  it('ends with its finish chunk, though the consumer stops pulling there (as the loop does): many attempts of one turn leave no listener behind', async () => {
+    const turn = new AbortController()
+    for (let i = 0; i < 12; i++) {
+      srv.script({ chunks: [`attempt ${i}`] })
+      const call = await llm.prepareCall({ provider: 'mock', model: 'scripted' } as never, new AbortController().signal)
+      const it = call.stream(Object.freeze({ ...call.config, messages: [user('hi')], sessionId: 'sess-1', signal: turn.signal }))[Symbol.asyncIterator]()
+      for (;;) {
+        const r = await it.next()
+        if (r.done || r.value.type === 'finish') break
+      }
+      expect(getEventListeners(turn.signal, 'abort')).toHaveLength(0)
+    }
   })
 })
 
