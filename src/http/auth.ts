@@ -39,8 +39,9 @@ class RateLimiter {
  * Principals this process authenticated, by the SHA-256 of their key (never the key itself), for
  * deliveries to the sessions it drives (intake.ts deliverLocal): such a delivery is not preceded by a
  * read of the key, it confirms the key in its own statement, and any answer but its success reads the
- * key first (`confirmKey` below). Nothing else is answered from this cache. An entry lives a minute,
- * and a tenant's changed limits (its requestsPerMin) drop its entries in every process.
+ * key first (req.deferredKey: session.ts confirmKey, errors.ts handleError). Nothing else is answered
+ * from this cache. An entry lives a minute, and a tenant's changed limits (its requestsPerMin) drop its
+ * entries in every process.
  */
 export class PrincipalCache {
   static readonly TTL_MS = 60_000

@@ -47,6 +47,16 @@ describe.each(DB_KINDS)('deliveries to a session this process drives (%s)', (kin
     return { t, texts: r.texts }
   }
 
+  /** A session this process drives, after one turn on `first` (whose delivery read the key). */
+  async function drivenSession(t: TestApp, ...answers: string[]): Promise<{ id: string }> {
+    const s = await t.createSession()
+    t.models.script(s.id, ...answers.map((a) => ({ text: [a] })))
+    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'first' })).status).toBe(202)
+    await t.waitForTurnEnd(s.id, 1)
+    await t.waitIdle(s.id)
+    return s
+  }
+
   it('a followup by a known key reads no key: its one append confirms the key; the turn runs as usual', async () => {
     const { t, texts } = await start()
     const s = await t.createSession()
@@ -74,11 +84,7 @@ describe.each(DB_KINDS)('deliveries to a session this process drives (%s)', (kin
 
   it('a revoked key is refused at once though the process knows it, whatever else is wrong with the request, and writes nothing', async () => {
     const { t, texts } = await start()
-    const s = await t.createSession()
-    t.models.script(s.id, { text: ['one'] }, { text: ['two'] })
-    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'first' })).status).toBe(202)
-    await t.waitForTurnEnd(s.id, 1)
-    await t.waitIdle(s.id)
+    const s = await drivenSession(t, 'one', 'two')
     // the first request after the revocation is each of these, with a key the process knows
     const cases: Array<[string, { body?: unknown; raw?: string; contentType?: string }]> = [
       ['followup', { body: { content: 'after revoke' } }],
@@ -158,11 +164,7 @@ describe.each(DB_KINDS)('deliveries to a session this process drives (%s)', (kin
 
   it('a view the driver has not caught up with fails the append; the delivery reads the row and every message arrives once, in order', async () => {
     const { t, texts } = await start()
-    const s = await t.createSession()
-    t.models.script(s.id, { text: ['one'] }, { text: ['two'] })
-    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'first' })).status).toBe(202)
-    await t.waitForTurnEnd(s.id, 1)
-    await t.waitIdle(s.id)
+    const s = await drivenSession(t, 'one', 'two')
     // another writer appends a context injection the driver here never hears of (as another process's
     // accepted delivery whose doorbell is still on its way)
     const db = t.app.db
@@ -188,11 +190,7 @@ describe.each(DB_KINDS)('deliveries to a session this process drives (%s)', (kin
 
   it("a tenant's changed requestsPerMin applies to keys the process knows at once", async () => {
     const { t } = await start()
-    const s = await t.createSession()
-    t.models.script(s.id, { text: ['one'] })
-    expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'first' })).status).toBe(202)
-    await t.waitForTurnEnd(s.id, 1)
-    await t.waitIdle(s.id)
+    const s = await drivenSession(t, 'one')
     expect((await t.api('PATCH', `/v1/admin/tenants/${t.tenantId}`, { limits: { requestsPerMin: 1 } }, { key: t.adminToken })).status).toBe(200)
     const inject = () => t.api('POST', `/v1/sessions/${s.id}/inject`, { content: crypto.randomUUID() })
     expect((await inject()).status).toBe(202)
