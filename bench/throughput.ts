@@ -43,7 +43,7 @@ async function checkpoint(raw: RawDb): Promise<void> {
 }
 
 /** A level measures at least this many turns (in rounds of fresh sessions, each `turns` long). */
-export const MIN_LEVEL_TURNS = 100
+export const MIN_LEVEL_TURNS = 400
 
 /** Counters summed over the rounds of a level: `into` += the snapshot `c` (statement mix included). */
 function addCounters(into: DbCounters, c: DbCounters): void {
