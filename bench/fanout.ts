@@ -21,6 +21,8 @@ import { headSeq, turnUnits } from './turn.js'
 export interface FanoutOptions {
   levels: number[]
   turns: number
+  /** the fewest chunk turns per level (default 12) */
+  minChunkTurns?: number
 }
 
 const tick = () => new Promise<void>((r) => setImmediate(r))
@@ -141,7 +143,9 @@ export async function benchFanout(kind: Kind, o: FanoutOptions, cps: ClientProc[
   const b = await startBenchApp(kind, { extraModels: benchModels })
   const agentd: Level[] = []
   const floor: Level[] = []
-  const chunkTurns = Math.max(1, Math.ceil(o.turns / 3))
+  // the chunk rate's windows are short (200 deltas stream in tens of ms): at least 12 turns of them,
+  // or one subscriber's figure and its floor's each moved by half between runs
+  const chunkTurns = Math.max(o.minChunkTurns ?? 12, Math.ceil(o.turns / 3))
   try {
     const s = await createSession(b.url, b.key, { model: CHUNKS_MODEL })
     await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: [{ id: s.id, after: -1 }], turns: 5 })
@@ -165,7 +169,9 @@ export async function benchFanout(kind: Kind, o: FanoutOptions, cps: ClientProc[
     }
     const floorPaths = { streamPath: '/f/stream', postPath: '/f/followup' }
     try {
-      await level(1, fs.url, '', 'f', -1, floorPaths) // warm the floor's path too
+      // warm both paths alike, the chunk path included (a level of one subscriber each)
+      await level(1, b.url, b.key, s.id, await headSeq(b, s.id), {})
+      await level(1, fs.url, '', 'f', -1, floorPaths)
       for (const n of o.levels) {
         agentd.push(await level(n, b.url, b.key, s.id, await headSeq(b, s.id), {}))
         fs.takeWriteMs()

@@ -113,7 +113,7 @@ async function main(): Promise<void> {
             r = await benchThroughput(kind, { ...base, levels: args.levels ?? base.levels, turns: args.turns ?? base.turns, peers: args.peers, cpuProf: args.cpuProf }, cp)
           }
           else if (m === 'growth') r = await benchGrowth(kind, q ? { sizes: [10, 1000], turns: 8, warmup: 5 } : { sizes: [10, 1000, 10000], turns: 40, warmup: 20 }, cp)
-          else if (m === 'fanout') r = await benchFanout(kind, q ? { levels: [1, 100], turns: 2 } : { levels: [1, 100, 1000], turns: 10 }, [cp, (cp2 ??= new ClientProc())])
+          else if (m === 'fanout') r = await benchFanout(kind, q ? { levels: [1, 100], turns: 2, minChunkTurns: 1 } : { levels: [1, 100, 1000], turns: 10 }, [cp, (cp2 ??= new ClientProc())])
           else if (m === 'budget') r = await benchBudget(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
           else r = await benchMemory(kind, q ? { sessions: 200, connections: 100, settleMs: 300 } : { sessions: 10000, connections: 1000, settleMs: 2000 })
         } catch (e) {
