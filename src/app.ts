@@ -69,6 +69,8 @@ export interface StartOptions {
   mcpCallTimeoutMs?: number
   /** the webhook deliverer's schedule and timing (tests shrink them); deliver: false starts none */
   webhooks?: Partial<DelivererOptions> & { deliver?: boolean }
+  /** PostgreSQL bus presence heartbeat (tests shrink it; default 5 s) */
+  busHeartbeatMs?: number
 }
 
 export async function startApp(config: Config, o: StartOptions = {}): Promise<App> {
@@ -99,7 +101,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
 
     let bus: Bus
     if (config.databaseUrl && db.kind === 'pg') {
-      const pgBus = new PgBus({ url: config.databaseUrl, db, log })
+      const pgBus = new PgBus({ url: config.databaseUrl, db, log, ...(o.busHeartbeatMs ? { heartbeatMs: o.busHeartbeatMs } : {}) })
       await pgBus.start()
       bus = pgBus
     } else bus = new LocalHub()

@@ -32,6 +32,8 @@ export interface TestAppOptions {
   webhooks?: StartOptions['webhooks']
   /** the database as the server sees it, e.g. a counting wrapper (helpers/db.ts countingDb) */
   wrapDb?: (db: Db) => Db
+  /** the PostgreSQL bus's presence heartbeat (StartOptions.busHeartbeatMs) */
+  busHeartbeatMs?: number
 }
 
 export interface TestApp {
@@ -78,6 +80,7 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     clock: o.clock,
     mcpCallTimeoutMs: o.mcpCallTimeoutMs,
     webhooks: o.webhooks,
+    busHeartbeatMs: o.busHeartbeatMs,
   }
   const app = await startApp(config, opts)
   const url = app.url!
