@@ -270,6 +270,10 @@ export async function startBenchApp(kind: Kind, o: BenchAppOptions = {}): Promis
     plugins: o.plugins,
   })
   const url = app.url!
+  // a server alone on PostgreSQL forwards its doorbells and live frames to other processes only for a
+  // grace after its bus connects (src/bus/pg.ts presence): measure it as it runs after that
+  const bus = app.bus as { forwarding?: boolean }
+  for (const until = Date.now() + 30_000; bus.forwarding === true && Date.now() < until; ) await sleep(100)
   const r = await request('POST', `${url}/v1/admin/tenants`, ADMIN_TOKEN, { name: 'bench' })
   if (r.status !== 201) throw new Error(`tenant creation failed: ${r.status} ${r.text}`)
   return {
