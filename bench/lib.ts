@@ -131,12 +131,11 @@ const keyCache = new Map<string, { tx: string; auto: string; writes: boolean }>(
 function sqlInfo(sql: string): { tx: string; auto: string; writes: boolean } {
   // keyed by length and head, not the whole text: a text the server builds per call is a fresh string,
   // and hashing all of it on every statement showed in the server's profile
-  const long = sql.length > 2000
   const id = `${sql.length}\u0000${sql.slice(0, 200)}`
   let k = keyCache.get(id)
   if (!k) {
     const head = sql.slice(0, 200).replace(/\s+/g, ' ').trim().slice(0, 70)
-    k = { tx: `tx: ${head}`, auto: `auto: ${head}`, writes: /\b(INSERT|UPDATE|DELETE)\b/i.test(long ? sql.slice(0, 2000) : sql) }
+    k = { tx: `tx: ${head}`, auto: `auto: ${head}`, writes: /\b(INSERT|UPDATE|DELETE)\b/i.test(sql.slice(0, 2000)) }
     if (keyCache.size < 10_000) keyCache.set(id, k)
   }
   return k

@@ -89,20 +89,8 @@ export class Intake {
           const rec = await findIdempotency(this.d.db, key, message.id)
           if (rec) return this.replay(rec, route, idempotency)
         }
-        const plan = this.deliveryOf(snap, route, message)
-        const events = stamp(snap, plan.drafts)
-        let r
-        try {
-          r = await appendConditional(this.d.db, key, { nextSeq: snap.nextSeq, flags: { runState: snap.runState, cancelPending: snap.cancelPending } }, events, plan.patch, idempotencyRow(message, route, idempotency, events))
-        } catch (e) {
-          // a concurrent delivery with the same id won the idempotency record: read again
-          if ((e as { code?: string }).code === '23505' && idempotency) continue
-          throw e
-        }
-        if (!r) continue // the row moved meanwhile: read again
-        this.d.publisher.committed({ key, id }, r.events)
-        plan.after(key, id)
-        return { messageId: message.id, seq: r.events[0].seq, replayed: false }
+        const done = await this.appendDelivery(key, id, snap, route, message, idempotency)
+        if (done) return done // else the row moved meanwhile, or a concurrent delivery took the id: read again
       }
       return this.deliverLocked(row, route, message, idempotency)
     })
@@ -132,23 +120,29 @@ export class Intake {
       if (!snap) return null
       // a replay answers from the record, with no statement to confirm the key in: the usual path
       if (idempotency && (await findIdempotency(this.d.db, key, message.id))) return null
-      const plan = this.deliveryOf(snap, route, message)
-      const events = stamp(snap, plan.drafts)
-      let r
-      try {
-        r = await appendConditional(this.d.db, key, { nextSeq: snap.nextSeq, flags: { runState: snap.runState, cancelPending: snap.cancelPending } }, events, plan.patch, [
-          ...idempotencyRow(message, route, idempotency, events),
-          { kind: 'key-live', keyId },
-        ])
-      } catch (e) {
-        if ((e as { code?: string }).code === '23505' && idempotency) return null
-        throw e
-      }
-      if (!r) return null
-      this.d.publisher.committed({ key, id: sessionId }, r.events)
-      plan.after(key, sessionId)
-      return { messageId: message.id, seq: r.events[0].seq, replayed: false }
+      return this.appendDelivery(key, sessionId, snap, route, message, idempotency, [{ kind: 'key-live', keyId }])
     })
+  }
+
+  /**
+   * One optimistic delivery planned on `snap`: its append is conditioned on the seq and flags read
+   * (and on the guards of `side`), then published. Null when the row moved since, a guard failed, or a
+   * concurrent delivery with the same id won the idempotency record.
+   */
+  private async appendDelivery(key: string, id: string, snap: LeanRow & { inbox: Inbox }, route: DeliveryRoute, message: UserMessage, idempotency: { bodyHash: string } | undefined, side: SideRow[] = []): Promise<(Accepted & { replayed: false }) | null> {
+    const plan = this.deliveryOf(snap, route, message)
+    const events = stamp(snap, plan.drafts)
+    let r
+    try {
+      r = await appendConditional(this.d.db, key, { nextSeq: snap.nextSeq, flags: { runState: snap.runState, cancelPending: snap.cancelPending } }, events, plan.patch, [...idempotencyRow(message, route, idempotency, events), ...side])
+    } catch (e) {
+      if ((e as { code?: string }).code === '23505' && idempotency) return null
+      throw e
+    }
+    if (!r) return null
+    this.d.publisher.committed({ key, id }, r.events)
+    plan.after(key, id)
+    return { messageId: message.id, seq: r.events[0].seq, replayed: false }
   }
 
   private replay(rec: { messageId: string; route: string; bodyHash: string; seq: number }, route: DeliveryRoute, idempotency: { bodyHash: string }): Accepted & { replayed: boolean } {

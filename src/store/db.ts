@@ -213,10 +213,8 @@ class PgDb implements Db {
   private async onLane<T>(lane: Lane, sql: string, params?: unknown[]): Promise<QueryResult<T>> {
     lane.busy = true
     try {
-      const r = await lane.client.query(this.statements.config(sql, params))
-      return { rows: r.rows as T[], rowCount: r.rowCount ?? 0 }
+      return await this.on<T>(lane.client, sql, params)
     } catch (e) {
-      this.statements.failed(sql, e)
       if (!isConnectionError(e)) throw e
       this.drop(lane)
       throw new DbUnavailableError(e)
