@@ -1,4 +1,11 @@
+import os from 'node:os'
 import { defineConfig } from 'vitest/config'
+
+// Two test files at a time, even on two cores (vitest's own default there is one). Most of a file's time
+// is spent waiting, on PostgreSQL, on spawned server processes and on timers, so two overlap well: on a
+// 2-core machine the suite takes about 13 minutes instead of 19. Every file has its own databases and
+// ports, so files never share state.
+const workers = Math.max(2, (os.availableParallelism?.() ?? os.cpus().length) - 1)
 
 export default defineConfig({
   test: {
@@ -6,6 +13,7 @@ export default defineConfig({
     testTimeout: 30000,
     hookTimeout: 60000,
     pool: 'forks',
+    maxWorkers: workers,
     globalSetup: ['test/helpers/global-setup.ts'],
     reporters: ['default', './test/helpers/tail-reporter.ts'],
   },
