@@ -1,5 +1,6 @@
 import os from 'node:os'
 import { defineConfig } from 'vitest/config'
+import LongFirstSequencer from './test/helpers/sequencer.js'
 
 // Two test files at a time, even on two cores (vitest's own default there is one). Most of a file's time
 // is spent waiting, on PostgreSQL, on spawned server processes and on timers, so two overlap well: on a
@@ -14,6 +15,7 @@ export default defineConfig({
     hookTimeout: 60000,
     pool: 'forks',
     maxWorkers: workers,
+    sequence: { sequencer: LongFirstSequencer },
     globalSetup: ['test/helpers/global-setup.ts'],
     reporters: ['default', './test/helpers/tail-reporter.ts'],
   },
