@@ -6,7 +6,7 @@ import LongFirstSequencer from './test/helpers/sequencer.js'
 // is spent waiting, on PostgreSQL, on spawned server processes and on timers, so two overlap well: on a
 // 2-core machine the suite takes about 13 minutes instead of 19. Every file has its own databases and
 // ports, so files never share state.
-const workers = Math.max(2, (os.availableParallelism?.() ?? os.cpus().length) - 1)
+const workers = Math.max(2, os.availableParallelism() - 1)
 
 export default defineConfig({
   test: {
