@@ -415,6 +415,42 @@ export function openSse(url: string, key: string, onFrame: (f: SseFrame, at: num
 // Time and statistics
 
 /** Wall clock in ms with sub-ms resolution (comparable with Date.now() and across processes). */
+/**
+ * CPU time (ms, user + system) of every PostgreSQL process on this machine (its backends, WAL
+ * writer, checkpointer), from /proc; null when none is visible (PostgreSQL runs elsewhere, or not on
+ * Linux). A window's difference is the database's share of the machine's cores: on one machine the
+ * server, the database and the load generator share them. Clock ticks (usually 10 ms) make it a
+ * figure for windows of a second or more; a backend that exits inside the window takes its time along.
+ */
+export function dbCpuMs(): number | null {
+  let dirs: string[]
+  try {
+    dirs = fs.readdirSync('/proc')
+  } catch {
+    return null
+  }
+  let ticks = 0
+  let seen = false
+  for (const d of dirs) {
+    if (d.charCodeAt(0) < 48 || d.charCodeAt(0) > 57) continue
+    let stat: string
+    try {
+      stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8')
+    } catch {
+      continue
+    }
+    // pid (comm) state ppid … : the fields after the comm's closing parenthesis, utime and stime are 12th and 13th
+    const close = stat.lastIndexOf(')')
+    if (stat.slice(stat.indexOf('(') + 1, close) !== 'postgres') continue
+    const f = stat.slice(close + 2).split(' ')
+    ticks += Number(f[11]) + Number(f[12])
+    seen = true
+  }
+  return seen ? (ticks * 1000) / CLOCK_TICKS : null
+}
+/** USER_HZ: the unit of /proc's CPU times, 100 on every Linux architecture node runs on */
+const CLOCK_TICKS = 100
+
 export const now = () => performance.timeOrigin + performance.now()
 
 export function quantile(sorted: number[], q: number): number {

@@ -8,7 +8,7 @@
 
 import type { ClientProc } from './clientproc.js'
 import { FloorWriter, floorSession, shape, type Unit } from './floor.js'
-import { createSession, dist, now, pool, sqlMix, startBenchApp, type DbCounters, type Kind, type RawDb } from './lib.js'
+import { createSession, dbCpuMs, dist, now, pool, sqlMix, startBenchApp, type DbCounters, type Kind, type RawDb } from './lib.js'
 import { benchModels, noopPlugin, NOOP_TOOL_SPEC, TOOL_MODEL } from './models.js'
 import { ms, num, times, yes, type Row } from './report.js'
 import { headSeq, turnUnits } from './turn.js'
@@ -79,14 +79,23 @@ interface Level {
   cpuMsPerTurn: number
   /** of which kernel time (system calls: sockets), ms */
   cpuSysMsPerTurn?: number
+  /** CPU time of the PostgreSQL processes per turn over the same window, ms (lib.ts dbCpuMs; absent when not measurable) */
+  dbCpuMsPerTurn?: number
   turnsPerSec: number
   eventsPerSec: number
   wallMs: number
   latency: ReturnType<typeof dist>
 }
 
+/** CPU ms per turn between two dbCpuMs readings; undefined when either is missing. */
+function perTurnOf(from: number | null, to: number | null, turns: number): number | undefined {
+  return from === null || to === null ? undefined : (to - from) / turns
+}
+
 export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: ClientProc): Promise<{ rows: Row[]; data: Record<string, unknown> }> {
   const b = await startBenchApp(kind, { plugins: [noopPlugin], extraModels: benchModels })
+  // PGlite runs inside this process: its CPU is in the server's figure already
+  const dbCpu = kind === 'pg' ? dbCpuMs : () => null
   const agentd: Level[] = []
   const floor: Level[] = []
   const replay: Level[] = []
@@ -129,6 +138,7 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       await Promise.all(writers.map((fw) => fw.turn(units)))
       await checkpoint(raw)
       const lat: number[] = []
+      const db0 = dbCpu()
       const fcpu0 = process.cpuUsage()
       const t0 = now()
       await Promise.all(
@@ -142,8 +152,9 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       )
       const wallMs = now() - t0
       const fcpu = process.cpuUsage(fcpu0)
+      const db1 = dbCpu()
       const total = c * turns
-      return { sessions: c, turns, cpuMsPerTurn: (fcpu.user + fcpu.system) / 1000 / total, cpuSysMsPerTurn: fcpu.system / 1000 / total, turnsPerSec: (total / wallMs) * 1000, eventsPerSec: ((total * events) / wallMs) * 1000, wallMs, latency: dist(lat) }
+      return { sessions: c, turns, cpuMsPerTurn: (fcpu.user + fcpu.system) / 1000 / total, cpuSysMsPerTurn: fcpu.system / 1000 / total, dbCpuMsPerTurn: perTurnOf(db0, db1, total), turnsPerSec: (total / wallMs) * 1000, eventsPerSec: ((total * events) / wallMs) * 1000, wallMs, latency: dist(lat) }
     }
     // each level: agentd, then the floor right after (same machine state). A level measures at least
     // MIN_LEVEL_TURNS turns, in rounds of fresh sessions of `turns` turns each (one session × 20 turns
@@ -155,6 +166,7 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       let cpuUser = 0
       let cpuSys = 0
       let durable = 0
+      let dbMs: number | null = 0
       const latencies: number[] = []
       const before = emptyCounters()
       const after = emptyCounters()
@@ -166,9 +178,12 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
         const sessions = await Promise.all(ids.map(async (s) => ({ id: s.id, after: await headSeq(b, s.id) })))
         await checkpoint(raw)
         addCounters(before, b.bdb.counters)
+        const db0 = dbCpu()
         const cpu0 = process.cpuUsage()
         const r = await cp.call({ op: 'turns', url: b.url, key: b.key, sessions, turns })
         const cpu = process.cpuUsage(cpu0)
+        const db1 = dbCpu()
+        dbMs = dbMs === null || db0 === null || db1 === null ? null : dbMs + db1 - db0
         addCounters(after, b.bdb.counters)
         wallMs += r.wallMs
         cpuUser += cpu.user
@@ -184,7 +199,7 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       const total = c * turns * rounds
       txPerTurn.push((after.transactions + after.autocommitWrites - before.transactions - before.autocommitWrites) / total)
       perTurn.push({ sessions: c, rounds, sqlMix: sqlMix(before, after, total) as never, transactions: (after.transactions - before.transactions) / total, statements: (after.statements - before.statements) / total, autocommit: (after.autocommit - before.autocommit) / total, autocommitWrites: (after.autocommitWrites - before.autocommitWrites) / total })
-      agentd.push({ sessions: c, turns, rounds, cpuMsPerTurn: (cpuUser + cpuSys) / 1000 / total, cpuSysMsPerTurn: cpuSys / 1000 / total, turnsPerSec: (total / wallMs) * 1000, eventsPerSec: (durable / wallMs) * 1000, wallMs, latency: dist(latencies) })
+      agentd.push({ sessions: c, turns, rounds, cpuMsPerTurn: (cpuUser + cpuSys) / 1000 / total, cpuSysMsPerTurn: cpuSys / 1000 / total, dbCpuMsPerTurn: perTurnOf(0, dbMs, total), turnsPerSec: (total / wallMs) * 1000, eventsPerSec: (durable / wallMs) * 1000, wallMs, latency: dist(latencies) })
 
       // the floor writes as many turns per writer as agentd's sessions took over all rounds
       floor.push(await floorLevel(c, turns * rounds, 'one'))
@@ -268,6 +283,17 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       target: cpuTarget ? `≤ ${cpuTarget} ms` : '',
       met: cpuTarget ? yes(a.cpuMsPerTurn <= cpuTarget) : '',
     })
+    if (a.dbCpuMsPerTurn !== undefined && f.dbCpuMsPerTurn !== undefined) {
+      rows.push({
+        measurement: `${plural(a.sessions)}: database CPU per turn (all PostgreSQL processes)`,
+        db: kind,
+        figure: ms(a.dbCpuMsPerTurn),
+        floor: ms(f.dbCpuMsPerTurn),
+        ratio: times(a.dbCpuMsPerTurn / f.dbCpuMsPerTurn),
+        target: '',
+        met: '',
+      })
+    }
   }
   return { rows, data: { warmup, agentd, floor, replay, peers, profiles: Object.keys(profiles), floorUnits: units.length, unitShape: shape(units), unitTypes: units.map((u) => u.map((e) => e.type).join('+')), commitsPerTurn: txPerTurn, countersPerTurn: perTurn } }
 }
