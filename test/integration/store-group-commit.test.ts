@@ -214,17 +214,35 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
     expect(await texts(alone)).toEqual([...tricky, ...tricky].map((t, i) => [i, t]))
   })
 
-  it('a group is ONE fixed statement text whatever its units carry, so PostgreSQL prepares it once', async () => {
+  it('a group is one fixed statement text per set of side-row kinds, so PostgreSQL prepares each once; a group carries only the side CTEs its units need', async () => {
     const run = async (side: (i: number, key: string) => SideRow[]) => {
       const keys = await Promise.all(Array.from({ length: 6 }, () => newSession()))
       const { db, texts } = counting(env.db)
-      await Promise.all(keys.map((k, i) => appendConditional(db, k, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note(`u ${i}`)], 1_700_000_000_001), { runState: 'running' }, side(i, k))))
+      const out = await Promise.all(keys.map((k, i) => appendConditional(db, k, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note(`u ${i} ${k}`)], 1_700_000_000_001), { runState: 'running' }, side(i, k))))
+      expect(out.every((r) => r !== null)).toBe(true)
       expect(texts).toHaveLength(1)
-      return texts[0]
+      return { text: texts[0], keys }
     }
+    const sideTables = /usage_ledger|usage_totals|running_slots|webhook_deliveries|pending_calls|idempotency/
     const plain = await run(() => [])
-    const mixed = await run((i, k) => (i % 2 ? [{ kind: 'slot-take' }, { kind: 'pending-insert', call: { callId: `c-${k}`, kind: 'client', name: 'c', arguments: '{}' } }] : [{ kind: 'idempotency', messageId: `m-${k}`, route: 'steer', bodyHash: 'b', seq: 0 }]))
-    expect(mixed).toBe(plain)
+    expect(plain.text).not.toMatch(sideTables)
+    expect((await run(() => [])).text).toBe(plain.text)
+
+    const mixedSides = (i: number, k: string): SideRow[] => (i % 2 ? [{ kind: 'slot-take' }, { kind: 'pending-insert', call: { callId: `c-${k}`, kind: 'client', name: 'c', arguments: '{}' } }] : [{ kind: 'idempotency', messageId: `m-${k}`, route: 'steer', bodyHash: 'b', seq: 0 }])
+    const mixed = await run(mixedSides)
+    // other units, other values, the same kinds: the same text
+    expect((await run((i, k) => mixedSides(i + 1, k))).text).toBe(mixed.text)
+    expect(mixed.text).toMatch(/INSERT INTO running_slots/)
+    expect(mixed.text).toMatch(/INSERT INTO pending_calls/)
+    expect(mixed.text).toMatch(/INSERT INTO idempotency/)
+    expect(mixed.text).not.toMatch(/usage_ledger|usage_totals|webhook_deliveries|DELETE FROM running_slots|DELETE FROM pending_calls/)
+    // and what the text holds was written, for the units that carry it
+    for (const [i, k] of mixed.keys.entries()) {
+      const n = async (sql: string) => Number((await env.db.query<{ n: number }>(sql, [k])).rows[0].n)
+      expect(await n('SELECT count(*)::int AS n FROM running_slots WHERE session_key = $1')).toBe(i % 2)
+      expect(await n('SELECT count(*)::int AS n FROM pending_calls WHERE session_key = $1')).toBe(i % 2)
+      expect(await n('SELECT count(*)::int AS n FROM idempotency WHERE session_key = $1')).toBe(1 - (i % 2))
+    }
   })
 
   it("a unit's pending deletes by call id remove only its own session's rows", async () => {
