@@ -107,7 +107,7 @@ const GROUP_HEAD = `WITH v AS (
   RETURNING session_key
 )`
 
-/** The side CTEs in statement order (the period totals after everything that reads `moved`: the session rows are locked before the totals rows). */
+/** The kinds of side row a group's statement may hold: bits of its mask (groupSql). */
 const SIDE = {
   usage: 1,
   slotTake: 2,
@@ -120,6 +120,7 @@ const SIDE = {
 /** the kinds whose rows are stamped with $3 */
 const STAMPED = SIDE.slotTake | SIDE.hooks | SIDE.pendingIns | SIDE.idem
 
+/** Each kind's CTEs, in the order the statement holds them. */
 const GROUP_PARTS: ReadonlyArray<readonly [bit: number, ctes: string]> = [
   [
     SIDE.usage,
