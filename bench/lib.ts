@@ -415,6 +415,11 @@ export function openSse(url: string, key: string, onFrame: (f: SseFrame, at: num
 // Time and statistics
 
 /** Wall clock in ms with sub-ms resolution (comparable with Date.now() and across processes). */
+export const now = () => performance.timeOrigin + performance.now()
+
+/** USER_HZ: the unit of /proc's CPU times, 100 on every Linux architecture node runs on */
+const CLOCK_TICKS = 100
+
 /**
  * CPU time (ms, user + system) of every PostgreSQL process on this machine (its backends, WAL
  * writer, checkpointer), from /proc; null when none is visible (PostgreSQL runs elsewhere, or not on
@@ -448,10 +453,6 @@ export function dbCpuMs(): number | null {
   }
   return seen ? (ticks * 1000) / CLOCK_TICKS : null
 }
-/** USER_HZ: the unit of /proc's CPU times, 100 on every Linux architecture node runs on */
-const CLOCK_TICKS = 100
-
-export const now = () => performance.timeOrigin + performance.now()
 
 export function quantile(sorted: number[], q: number): number {
   if (!sorted.length) return NaN
