@@ -283,7 +283,8 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       target: cpuTarget ? `≤ ${cpuTarget} ms` : '',
       met: cpuTarget ? yes(a.cpuMsPerTurn <= cpuTarget) : '',
     })
-    if (a.dbCpuMsPerTurn !== undefined && f.dbCpuMsPerTurn !== undefined) {
+    // /proc counts in 10 ms ticks: a window under a second (--quick) would print noise
+    if (a.dbCpuMsPerTurn !== undefined && f.dbCpuMsPerTurn !== undefined && Math.min(a.wallMs, f.wallMs) >= 1000) {
       rows.push({
         measurement: `${plural(a.sessions)}: database CPU per turn (all PostgreSQL processes)`,
         db: kind,
