@@ -50,7 +50,10 @@ export function toPiContext(messages: readonly Message[], tools: readonly ToolSc
   const from = prefixOf(messages, routeKey)
   const out: PiMessage[] = from ? from.out.slice() : []
   let systemPrompt = from?.systemPrompt
-  const toolNames = from ? new Map(from.toolNames) : new Map<string, string>()
+  // a whole walk collects the call names as it goes; a step that extends a prefix converts a few new
+  // messages, and looks the calls of their results up backwards instead of copying a map of them all
+  const toolNames = from ? undefined : new Map<string, string>()
+  const nameOf = (id: string, before: number) => (toolNames ? toolNames.get(id) : callName(messages, id, before)) ?? ''
   let first = from ? from.n === 0 : true
   let frozen = true
   for (let i = from?.n ?? 0; i < messages.length; i++) {
@@ -61,22 +64,23 @@ export function toPiContext(messages: readonly Message[], tools: readonly ToolSc
       if (first) systemPrompt = m.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('')
       else out.push(...cached(m, routeKey, () => [user(m.content)]))
     } else if (m.role === 'assistant') {
-      for (const b of m.content) if (b.type === 'tool-call') toolNames.set(b.id, b.name)
+      if (toolNames) for (const b of m.content) if (b.type === 'tool-call') toolNames.set(b.id, b.name)
       out.push(...cached(m, routeKey, () => [assistant(m, route)]))
     } else {
       // a tool result is a user message holding a tool-result block; anything else beside it stays a user message
       const results = m.content.filter((b) => b.type === 'tool-result') as Array<Extract<ContentBlock, { type: 'tool-result' }>>
-      const names = results.map((b) => toolNames.get(b.toolCallId) ?? '').join('\u0000')
+      const names = results.map((b) => nameOf(b.toolCallId, i))
       out.push(
-        ...cached(m, `${routeKey}\u0000${names}`, () => {
+        ...cached(m, `${routeKey}\u0000${names.join('\u0000')}`, () => {
           const conv: PiMessage[] = []
           const rest: ContentBlock[] = []
+          let k = 0
           for (const b of m.content) {
             if (b.type === 'tool-result') {
               const result: PiToolResultMessage = {
                 role: 'toolResult',
                 toolCallId: b.toolCallId,
-                toolName: toolNames.get(b.toolCallId) ?? '',
+                toolName: names[k++],
                 content: media(b.content),
                 isError: b.isError,
                 timestamp: 0,
@@ -93,7 +97,10 @@ export function toPiContext(messages: readonly Message[], tools: readonly ToolSc
   }
   // the next step's request starts with these same frozen messages: it converts only what follows them
   if (frozen && messages.length > 0 && Object.isFrozen(messages)) {
-    prefixes.set(messages[messages.length - 1], { n: messages.length, messages, routeKey, out: out.slice(), toolNames, systemPrompt })
+    // and the prefix it extended is dropped: each prefix holds copies of the whole history, and one kept
+    // per step of a long session would hold the history as many times as it has steps
+    if (from && from.n < messages.length) prefixes.delete(from.messages[from.n - 1])
+    prefixes.set(messages[messages.length - 1], { n: messages.length, messages, routeKey, out: out.slice(), systemPrompt })
   }
   const ctx: Context = { messages: out }
   if (systemPrompt !== undefined) ctx.systemPrompt = systemPrompt
@@ -112,11 +119,24 @@ interface Prefix {
   messages: readonly Message[]
   routeKey: string
   out: readonly PiMessage[]
-  toolNames: ReadonlyMap<string, string>
   systemPrompt: string | undefined
 }
 
 const prefixes = new WeakMap<object, Prefix>()
+
+/** The name of call `id` as the latest assistant message before index `before` has it; undefined if none has it. */
+function callName(messages: readonly Message[], id: string, before: number): string | undefined {
+  for (let j = before - 1; j >= 0; j--) {
+    const m = messages[j]
+    if (m.role !== 'assistant') continue
+    for (let k = m.content.length - 1; k >= 0; k--) {
+      const b = m.content[k]
+      if (b.type === 'tool-call' && b.id === id) return b.name
+    }
+  }
+  return undefined
+}
+
 /** how far back from the end a prefix is looked for (a step adds an assistant message and its results) */
 const PREFIX_LOOKBACK = 8
 
