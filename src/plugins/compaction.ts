@@ -59,7 +59,9 @@ export function measure(state: SessionState): number {
   if (a && a.generation === state.replaceGeneration && a.headerSeq === header?.seq) {
     const u = a.usage
     let sum = u.inputTokens + (u.cacheReadTokens ?? 0) + (u.cacheWriteTokens ?? 0) + u.outputTokens
-    for (const n of state.nodes) if (n.seq > a.seq) sum += nodeTokens(n)
+    // no replacement since the anchor (same generation): the nodes after it are the surface's tail
+    const nodes = state.nodes
+    for (let i = nodes.length - 1; i >= 0 && nodes[i].seq > a.seq; i--) sum += nodeTokens(nodes[i])
     return sum
   }
   let sum = header?.header.tools?.length ? estimateText(JSON.stringify(header.header.tools)) : 0
