@@ -8,6 +8,8 @@
 // a floor session holding the same history; for the load, one SELECT of the session's rows.
 
 import crypto from 'node:crypto'
+import v8 from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { SessionState, type SessionEvent } from '../src/session/index.js'
 import type { ClientProc } from './clientproc.js'
 import { bulkInsert, FloorWriter, floorSession, unitsOf, writtenBy } from './floor.js'
@@ -19,6 +21,8 @@ export interface GrowthOptions {
   sizes: number[]
   turns: number
   warmup: number
+  /** a live session: `turns` turns in one session the process keeps driving, measured over its first and last `window` */
+  live: { turns: number; window: number }
 }
 
 interface SynthRow {
@@ -78,6 +82,40 @@ async function keyOf(b: BenchApp, id: string): Promise<string> {
   return rows[0].key
 }
 
+/** A full garbage collection (V8's flag set at run time, as test/faults/hostile.ts does). */
+function collect(): void {
+  v8.setFlagsFromString('--expose-gc')
+  ;(runInNewContext('gc') as () => void)()
+}
+
+/**
+ * A live session: one session that the process drives turn after turn, as a long conversation is.
+ * Unlike the sizes above (a history loaded at once), whatever the process keeps per step grows here.
+ * The server's CPU per turn over its last window against its first (after ten turns of settling), and
+ * the heap it holds at the end per event of its log, after a full collection.
+ */
+async function liveSession(b: BenchApp, cp: ClientProc, o: GrowthOptions['live']) {
+  const s = await createSession(b.url, b.key, { model: 'faux/echo' })
+  const run = async (n: number) => {
+    for (let done = 0; done < n; done += BLOCK) await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: [{ id: s.id, after: await headSeq(b, s.id) }], turns: Math.min(BLOCK, n - done) })
+  }
+  const window = async () => {
+    const c0 = process.cpuUsage()
+    await run(o.window)
+    const c = process.cpuUsage(c0)
+    return (c.user + c.system) / 1000 / o.window
+  }
+  collect()
+  const heap0 = process.memoryUsage().heapUsed
+  await run(10)
+  const first = await window()
+  await run(o.turns - 10 - 2 * o.window)
+  const last = await window()
+  collect()
+  const events = (await headSeq(b, s.id)) + 1
+  return { turns: o.turns, window: o.window, events, first, last, heapPerEvent: (process.memoryUsage().heapUsed - heap0) / events }
+}
+
 async function readAll(raw: RawDb, key: string): Promise<number> {
   const sql = 'SELECT seq, body FROM session_events WHERE session_key = $1 ORDER BY seq'
   const t0 = now()
@@ -90,6 +128,7 @@ export async function benchGrowth(kind: Kind, o: GrowthOptions, cp: ClientProc):
   const b = await startBenchApp(kind)
   const agentd: Array<{ size: number; events: number; attachMs: number; turn: ReturnType<typeof dist> }> = []
   const floor: Array<{ size: number; loadMs: number; turn: ReturnType<typeof dist> }> = []
+  let live: Awaited<ReturnType<typeof liveSession>> | undefined
   try {
     // warm-up session; its first two turns are the templates
     const w = await createSession(b.url, b.key, { model: 'faux/echo' })
@@ -138,6 +177,7 @@ export async function benchGrowth(kind: Kind, o: GrowthOptions, cp: ClientProc):
       agentd.push({ size, events: h.rows.length, attachMs, turn: dist(lat) })
       floor.push({ size, loadMs, turn: dist(flat) })
     }
+    live = await liveSession(b, cp, o.live)
   } finally {
     await b.close()
   }
@@ -165,5 +205,21 @@ export async function benchGrowth(kind: Kind, o: GrowthOptions, cp: ClientProc):
     const f = floor[i]
     rows.push({ measurement: `attach/load of ${a.events} events`, db: kind, figure: ms(a.attachMs), floor: `${ms(f.loadMs)} (SELECT)`, ratio: times(a.attachMs / f.loadMs), target: '', met: '' })
   }
-  return { rows, data: { agentd, floor, growthAtLargest: agentd[agentd.length - 1].turn.p50 / base } }
+  if (live) {
+    const n = (x: number) => x.toLocaleString('en-US')
+    const firstTurns = `${n(11)}–${n(10 + live.window)}`
+    const lastTurns = `${n(live.turns - live.window + 1)}–${n(live.turns)}`
+    const growth = live.last / live.first
+    rows.push({
+      measurement: `live session: server CPU per turn, turns ${lastTurns} of one session`,
+      db: kind,
+      figure: `${ms(live.last)} (${times(growth)} of turns ${firstTurns}: ${ms(live.first)})`,
+      floor: '',
+      ratio: '',
+      target: `≤ 1.3× of turns ${firstTurns}`,
+      met: yes(growth <= 1.3),
+    })
+    rows.push({ measurement: `live session: heap held per event after ${n(live.turns)} turns (${n(live.events)} events)`, db: kind, figure: `${(live.heapPerEvent / 1024).toFixed(2)} KB`, floor: '', ratio: '', target: '', met: '' })
+  }
+  return { rows, data: { agentd, floor, growthAtLargest: agentd[agentd.length - 1].turn.p50 / base, live } }
 }

@@ -112,7 +112,7 @@ async function main(): Promise<void> {
             const base = q ? { levels: [1, 10], turns: 3, warmRounds: 1, minLevelTurns: 6 } : { levels: [1, 10, 100], turns: 20, maxTurnsPerLevel: kind === 'pglite' ? 400 : undefined }
             r = await benchThroughput(kind, { ...base, levels: args.levels ?? base.levels, turns: args.turns ?? base.turns, peers: args.peers, cpuProf: args.cpuProf }, cp)
           }
-          else if (m === 'growth') r = await benchGrowth(kind, q ? { sizes: [10, 1000], turns: 8, warmup: 5 } : { sizes: [10, 1000, 10000], turns: 40, warmup: 20 }, cp)
+          else if (m === 'growth') r = await benchGrowth(kind, q ? { sizes: [10, 1000], turns: 8, warmup: 5, live: { turns: 120, window: 40 } } : { sizes: [10, 1000, 10000], turns: 40, warmup: 20, live: { turns: 1000, window: 100 } }, cp)
           else if (m === 'fanout') r = await benchFanout(kind, q ? { levels: [1, 100], turns: 2, minChunkTurns: 1 } : { levels: [1, 100, 1000], turns: 10 }, [cp, (cp2 ??= new ClientProc())])
           else if (m === 'budget') r = await benchBudget(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
           else r = await benchMemory(kind, q ? { sessions: 200, connections: 100, settleMs: 300 } : { sessions: 10000, connections: 1000, settleMs: 2000 })
