@@ -73,11 +73,20 @@ export class SessionState {
     return this.lastSeedSeq === undefined && !this.nonSpliceSinceSeed
   }
 
+  /**
+   * The nodes' messages in surface order, kept as nodes are appended; a replacement or an undo drops
+   * it, and the next request builds it again. A step's request then copies it instead of walking the
+   * whole surface.
+   */
+  private messages: Message[] | undefined
+
   /** The ordered model history (SPEC §14.1); a fresh array of shared frozen messages. */
   deriveMessages(): Message[] {
-    const out: Message[] = []
-    for (const n of this.nodes) if (n.message) out.push(n.message)
-    return out
+    if (!this.messages) {
+      this.messages = []
+      for (const n of this.nodes) if (n.message) this.messages.push(n.message)
+    }
+    return this.messages.slice()
   }
 
   nodeIndex(seq: number): number {
@@ -233,15 +242,21 @@ export class SessionState {
         const removed = this.nodes.splice(range.a, range.b - range.a + 1, node)
         const gen = this.replaceGeneration
         this.replaceGeneration = gen + 1
+        this.messages = undefined
         undos.push(() => {
           this.nodes.splice(range.a, 1, ...removed)
           this.replaceGeneration = gen
+          this.messages = undefined
         })
         // shadowing the retained snapshot clears the tracker (SPEC §7.3)
         if (this.snapshot && removed.some((n) => n.seq === this.snapshot!.seq)) set('snapshot', undefined)
       } else {
         this.nodes.push(node)
-        undos.push(() => this.nodes.pop())
+        if (node.message) this.messages?.push(node.message)
+        undos.push(() => {
+          this.nodes.pop()
+          this.messages = undefined
+        })
       }
       if (e.type === 'user/message' && isSnapshotMessage(e.data)) {
         set('snapshot', { seq: e.seq, text: snapshotText(e.data as unknown as UserMessage) })
