@@ -425,7 +425,9 @@ const CLOCK_TICKS = 100
  * writer, checkpointer), from /proc; null when none is visible (PostgreSQL runs elsewhere, or not on
  * Linux). A window's difference is the database's share of the machine's cores: on one machine the
  * server, the database and the load generator share them. Clock ticks (usually 10 ms) make it a
- * figure for windows of a second or more; a backend that exits inside the window takes its time along.
+ * figure for windows of a second or more. A backend that exits inside the window is counted too: the
+ * postmaster reaps it, and its times move to the postmaster's cutime and cstime, which are added
+ * (without them a pool closing idle connections made the difference negative).
  */
 export function dbCpuMs(): number | null {
   let dirs: string[]
@@ -444,11 +446,12 @@ export function dbCpuMs(): number | null {
     } catch {
       continue
     }
-    // pid (comm) state ppid … : the fields after the comm's closing parenthesis, utime and stime are 12th and 13th
+    // pid (comm) state ppid … : of the fields after the comm's closing parenthesis, utime and stime are
+    // the 12th and 13th, and cutime and cstime (children waited for) the 14th and 15th
     const close = stat.lastIndexOf(')')
     if (stat.slice(stat.indexOf('(') + 1, close) !== 'postgres') continue
     const f = stat.slice(close + 2).split(' ')
-    ticks += Number(f[11]) + Number(f[12])
+    ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])
     seen = true
   }
   return seen ? (ticks * 1000) / CLOCK_TICKS : null
