@@ -9,6 +9,7 @@
 import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { expectValidLog } from '../helpers/invariants.js'
+import { sleep, until } from '../helpers/wait.js'
 import { startCluster, type Cluster } from './helpers-processes.js'
 
 const SESSIONS = 24
@@ -17,8 +18,6 @@ const KILLS = 3
 const GROUP_ACTIVE = `SELECT count(*)::int AS n FROM pg_stat_activity
   WHERE state = 'active' AND datname = current_database() AND pid <> pg_backend_pid()
     AND query LIKE '%jsonb_to_recordset($1::jsonb -> ''u'')%'`
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 describe('kill -9 in the middle of a group commit', () => {
   let c: Cluster
@@ -78,14 +77,16 @@ describe('kill -9 in the middle of a group commit', () => {
     // every session idle again with nothing waiting (the restarted process took them all back)
     const deadline = Date.now() + 30000
     for (const s of sessions) {
-      for (;;) {
-        const row = await c.api(0, 'GET', `/v1/sessions/${s.id}`)
-        const inbox = await c.api(0, 'GET', `/v1/sessions/${s.id}/inbox`)
-        const waiting = [...(inbox.body?.nextTurn ?? []), ...(inbox.body?.nextStep ?? [])].length
-        if (row.body?.status === 'idle' && waiting === 0) break
-        if (Date.now() > deadline) throw new Error(`session ${s.id} not idle with an empty inbox: ${row.text} ${inbox.text}`)
-        await sleep(50)
-      }
+      await until(
+        `session ${s.id} idle with an empty inbox`,
+        async () => {
+          const row = await c.api(0, 'GET', `/v1/sessions/${s.id}`)
+          const inbox = await c.api(0, 'GET', `/v1/sessions/${s.id}/inbox`)
+          return row.body?.status === 'idle' && [...(inbox.body?.nextTurn ?? []), ...(inbox.body?.nextStep ?? [])].length === 0
+        },
+        Math.max(0, deadline - Date.now()),
+        50,
+      )
     }
 
     expect(groupsSeen).toBe(KILLS)

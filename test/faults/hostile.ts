@@ -13,23 +13,17 @@
 // defaults and more of everything.
 
 import net from 'node:net'
-import v8 from 'node:v8'
-import vm from 'node:vm'
 import WebSocket from 'ws'
 import type { FaultPart, PartContext, PartResult } from './lib/part.js'
+import { heapAfterGc } from '../helpers/heap.js'
 import { Outcomes } from './lib/outcomes.js'
 import { putSecret, startTarget, type Target } from './lib/target.js'
 import { parseAnswers, rawExchange, readSseIds, wireRequest } from './lib/wire.js'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 // What the heap holds after a full collection: garbage not yet collected (400 KB bodies parsed and
-// dropped) must not count as growth, only what the server keeps. gc() is exposed for this process.
-v8.setFlagsFromString('--expose-gc')
-const collect = vm.runInNewContext('gc') as () => void
-const heapMb = () => {
-  collect()
-  return Math.round(process.memoryUsage().heapUsed / 1024 / 1024)
-}
+// dropped) must not count as growth, only what the server keeps.
+const heapMb = () => Math.round(heapAfterGc() / 1024 / 1024)
 
 interface Sizes {
   requestTimeoutMs: number

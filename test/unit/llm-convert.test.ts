@@ -1,8 +1,7 @@
-import v8 from 'node:v8'
-import { runInNewContext } from 'node:vm'
 import { describe, expect, it } from 'vitest'
 import { dropToolCallsFromReplayState, readReplayState, toPiContext } from '../../src/llm/index.js'
 import type { AssistantMessage, Json, Message } from '../../src/session/index.js'
+import { heapAfterGc } from '../helpers/heap.js'
 
 const route = { api: 'openai-completions', provider: 'mock', id: 'm' }
 const sys = (id: string, text: string | null): Message => ({ id, role: 'system', content: text === null ? [] : [{ type: 'text', text }], source: { kind: 'plugin', plugin: 'system-prompt' } })
@@ -194,13 +193,7 @@ describe('toPiContext (SPEC §8.11)', () => {
     })
 
     it('a long session holds its history once, not once per step', () => {
-      v8.setFlagsFromString('--expose-gc')
-      const gc = runInNewContext('gc') as () => void
-      const heap = () => {
-        gc()
-        gc()
-        return process.memoryUsage().heapUsed
-      }
+      const heap = heapAfterGc
       // the same 1,500 steps twice: converted as a session's requests are, and only built
       const chain = (convert: boolean) => {
         const ms: Message[] = [sys('s', 'be brief')]
