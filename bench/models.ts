@@ -127,3 +127,24 @@ export const noopPlugin = (root: RootContext) =>
   })
 
 export const NOOP_TOOL_SPEC = { name: 'noop', execution: { type: 'builtin' } }
+
+/**
+ * `--tools N`: the session's tool list as real agents carry it, `noop` and N − 1 client tools the model
+ * never calls, each with a schema of eight described parameters (about 1.2 KB of JSON per tool). Every
+ * step sends the whole list, so its per-step cost shows in the throughput rows.
+ */
+export function benchToolSpecs(n: number): Array<Record<string, unknown>> {
+  const extra = Array.from({ length: Math.max(0, n - 1) }, (_, i) => ({
+    name: `unused_${i}`,
+    description: `Tool ${i} does something useful; a longer description of its behaviour for the model.`,
+    parameters: {
+      type: 'object',
+      properties: Object.fromEntries(
+        Array.from({ length: 8 }, (_, j) => [`field_${j}`, { type: j % 2 ? 'string' : 'integer', description: `The ${j}th parameter of tool ${i}, described in a sentence or two as real tools do.`, ...(j % 3 === 0 ? { enum: ['a', 'b', 'c'] } : {}) }]),
+      ),
+      required: ['field_0', 'field_1'],
+    },
+    execution: { type: 'client' },
+  }))
+  return [NOOP_TOOL_SPEC, ...extra]
+}

@@ -1,5 +1,5 @@
 // `npm run bench [-- --only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file]
-//   [--levels 1,10,100] [--turns N] [--peers] [--cpu-prof DIR]`
+//   [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]`
 // Runs each measurement on each database, prints one table per measurement and writes
 // bench/results.json (git-ignored). See bench/README.md for what every figure means.
 
@@ -40,6 +40,7 @@ function parseArgs(argv: string[]) {
     turns: undefined as number | undefined,
     peers: false,
     cpuProf: undefined as string | undefined,
+    tools: undefined as number | undefined,
   }
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]
@@ -64,10 +65,13 @@ function parseArgs(argv: string[]) {
     } else if (a.startsWith('--turns')) {
       o.turns = Number(val())
       if (!Number.isInteger(o.turns) || o.turns < 1) throw new Error('--turns: a positive integer')
+    } else if (a.startsWith('--tools')) {
+      o.tools = Number(val())
+      if (!Number.isInteger(o.tools) || o.tools < 1) throw new Error('--tools: a positive integer')
     } else if (a === '--peers') o.peers = true
     else if (a.startsWith('--cpu-prof')) o.cpuProf = path.resolve(val())
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--peers] [--cpu-prof DIR]\n')
+      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]\n')
       process.exit(0)
     } else throw new Error(`unknown argument ${a}`)
   }
@@ -81,7 +85,7 @@ async function main(): Promise<void> {
   const startedAt = new Date()
   const results: Record<string, unknown> = {
     startedAt: startedAt.toISOString(),
-    args: { only: args.only, dbs: args.dbs, quick: q, levels: args.levels, turns: args.turns, peers: args.peers, cpuProf: args.cpuProf },
+    args: { only: args.only, dbs: args.dbs, quick: q, levels: args.levels, turns: args.turns, peers: args.peers, cpuProf: args.cpuProf, tools: args.tools },
     machine: {
       platform: `${os.type()} ${os.release()} ${os.arch()}`,
       cpus: os.cpus().map((c) => ({ model: c.model, speed: c.speed })),
@@ -110,7 +114,7 @@ async function main(): Promise<void> {
           if (m === 'turn') r = await benchTurn(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
           else if (m === 'throughput') {
             const base = q ? { levels: [1, 10], turns: 3, warmRounds: 1, minLevelTurns: 6 } : { levels: [1, 10, 100], turns: 20, maxTurnsPerLevel: kind === 'pglite' ? 400 : undefined }
-            r = await benchThroughput(kind, { ...base, levels: args.levels ?? base.levels, turns: args.turns ?? base.turns, peers: args.peers, cpuProf: args.cpuProf }, cp)
+            r = await benchThroughput(kind, { ...base, levels: args.levels ?? base.levels, turns: args.turns ?? base.turns, peers: args.peers, cpuProf: args.cpuProf, tools: args.tools }, cp)
           }
           else if (m === 'growth') r = await benchGrowth(kind, q ? { sizes: [10, 1000], turns: 8, warmup: 5, live: { turns: 120, window: 40 } } : { sizes: [10, 1000, 10000], turns: 40, warmup: 20, live: { turns: 1000, window: 100 } }, cp)
           else if (m === 'fanout') r = await benchFanout(kind, q ? { levels: [1, 100], turns: 2, minChunkTurns: 1 } : { levels: [1, 100, 1000], turns: 10 }, [cp, (cp2 ??= new ClientProc())])

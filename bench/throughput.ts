@@ -9,7 +9,7 @@
 import type { ClientProc } from './clientproc.js'
 import { FloorWriter, floorSession, shape, type Unit } from './floor.js'
 import { createSession, dbCpuMs, dist, now, pool, sqlMix, startBenchApp, type DbCounters, type Kind, type RawDb } from './lib.js'
-import { benchModels, noopPlugin, NOOP_TOOL_SPEC, TOOL_MODEL } from './models.js'
+import { benchModels, benchToolSpecs, noopPlugin, TOOL_MODEL } from './models.js'
 import { ms, num, times, yes, type Row } from './report.js'
 import { headSeq, turnUnits } from './turn.js'
 import { peersPresent, runLanggraph, type PeerLevel } from './peers.js'
@@ -28,6 +28,8 @@ export interface ThroughputOptions {
   warmRounds?: number
   /** the fewest turns a level measures, in rounds of fresh sessions (default MIN_LEVEL_TURNS) */
   minLevelTurns?: number
+  /** tools per session: `noop` and unused client tools with realistic schemas (default 1, `noop` alone) */
+  tools?: number
 }
 
 /**
@@ -94,6 +96,7 @@ function perTurnOf(from: number | null, to: number | null, turns: number): numbe
 
 export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: ClientProc): Promise<{ rows: Row[]; data: Record<string, unknown> }> {
   const b = await startBenchApp(kind, { plugins: [noopPlugin], extraModels: benchModels })
+  const tools = benchToolSpecs(o.tools ?? 1)
   // PGlite runs inside this process: its CPU is in the server's figure already
   const dbCpu = kind === 'pg' ? dbCpuMs : () => null
   const agentd: Level[] = []
@@ -113,7 +116,7 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
     const rounds = o.warmRounds ?? WARM_ROUNDS
     for (let r = 0; r < rounds; r++) {
       for (const w of WARM_SHAPE) {
-        const ids = await pool(Array.from({ length: w.sessions }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] }))
+        const ids = await pool(Array.from({ length: w.sessions }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools }))
         await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: ids.map((s) => ({ id: s.id, after: -1 })), turns: 1 })
         const sessions = await Promise.all(ids.map(async (s) => ({ id: s.id, after: await headSeq(b, s.id) })))
         const cpu0 = process.cpuUsage()
@@ -124,7 +127,7 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       }
     }
     // and one more, whose last turn gives the units
-    const w = await createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] })
+    const w = await createSession(b.url, b.key, { model: TOOL_MODEL, tools })
     await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: [{ id: w.id, after: -1 }], turns: 10 })
     units = (await turnUnits(b, w.id)).units
     const events = units.reduce((a, u) => a + u.length, 0)
@@ -172,7 +175,7 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
       const after = emptyCounters()
       if (o.cpuProf) await profileStart()
       for (let round = 0; round < rounds; round++) {
-        const ids = await pool(Array.from({ length: c }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools: [NOOP_TOOL_SPEC] }))
+        const ids = await pool(Array.from({ length: c }, (_, i) => i), 10, () => createSession(b.url, b.key, { model: TOOL_MODEL, tools }))
         // one turn each first: attach (lease claim, log load) and the initial request header are not steady state
         await cp.call({ op: 'turns', url: b.url, key: b.key, sessions: ids.map((s) => ({ id: s.id, after: -1 })), turns: 1 })
         const sessions = await Promise.all(ids.map(async (s) => ({ id: s.id, after: await headSeq(b, s.id) })))
@@ -233,7 +236,7 @@ export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: Clie
     const ratio = a.turnsPerSec / f.turnsPerSec
     const judged = kind === 'pg' && (a.sessions === 10 || a.sessions === 100)
     rows.push({
-      measurement: `${plural(a.sessions)} × ${a.turns} turns${(a.rounds ?? 1) > 1 ? `, ${a.rounds} rounds` : ''}: turns/s`,
+      measurement: `${plural(a.sessions)} × ${a.turns} turns${(a.rounds ?? 1) > 1 ? `, ${a.rounds} rounds` : ''}${tools.length > 1 ? `, ${tools.length} tools` : ''}: turns/s`,
       db: kind,
       figure: `${num(a.turnsPerSec)} turns/s`,
       floor: `${num(f.turnsPerSec)} turns/s`,
