@@ -148,24 +148,33 @@ export function canonicalJson(v: unknown): string {
   return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`).join(',')}}`
 }
 
-/** Structural equality of JSON values (key order ignored, undefined members treated as absent). */
+/**
+ * Structural equality of JSON values (key order ignored, undefined members treated as absent). It
+ * walks without making key lists (a step compares its whole tool list with the header's, admission.ts).
+ */
 export function jsonEqual(a: unknown, b: unknown): boolean {
   if (a === b) return true
   if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return false
-  if (Array.isArray(a) !== Array.isArray(b)) return false
-  if (Array.isArray(a)) {
+  const array = Array.isArray(a)
+  if (array !== Array.isArray(b)) return false
+  if (array) {
+    const aa = a as unknown[]
     const bb = b as unknown[]
-    if (a.length !== bb.length) return false
-    for (let i = 0; i < a.length; i++) if (!jsonEqual(a[i], bb[i])) return false
+    if (aa.length !== bb.length) return false
+    for (let i = 0; i < aa.length; i++) if (!jsonEqual(aa[i], bb[i])) return false
     return true
   }
   const ao = a as Record<string, unknown>
   const bo = b as Record<string, unknown>
-  const ak = Object.keys(ao).filter((k) => ao[k] !== undefined)
-  const bk = Object.keys(bo).filter((k) => bo[k] !== undefined)
-  if (ak.length !== bk.length) return false
-  for (const k of ak) if (!jsonEqual(ao[k], bo[k])) return false
-  return true
+  // every defined member of a equals b's; then b has no defined member more
+  let members = 0
+  for (const k in ao) {
+    if (!Object.hasOwn(ao, k) || ao[k] === undefined) continue
+    if (!jsonEqual(ao[k], bo[k])) return false
+    members++
+  }
+  for (const k in bo) if (Object.hasOwn(bo, k) && bo[k] !== undefined) members--
+  return members === 0
 }
 
 /** Removes members whose value is undefined, recursively (SPEC §1.4: absent fields are omitted). */

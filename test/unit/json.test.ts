@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { assertLosslessJson, assertStorableText, canonicalJson, JsonValueError } from '../../src/session/index.js'
+import { assertLosslessJson, assertStorableText, canonicalJson, jsonEqual, JsonValueError } from '../../src/session/index.js'
 
 describe('lossless JSON (SPEC §3.1.3)', () => {
   const bad: Array<[string, unknown]> = [
@@ -57,6 +57,38 @@ describe('lossless JSON (SPEC §3.1.3)', () => {
   })
   it('canonical JSON sorts keys', () => {
     expect(canonicalJson({ b: 1, a: { d: [1, { f: 2, e: 3 }], c: null } })).toBe('{"a":{"c":null,"d":[1,{"e":3,"f":2}]},"b":1}')
+  })
+})
+
+describe('jsonEqual: equality of canonical texts without writing them', () => {
+  const base = { name: 't', parameters: { type: 'object', properties: { a: { type: 'string', enum: ['x', 'y'] } }, required: ['a'] } }
+  it('ignores key order and undefined members, at any depth, and agrees with canonicalJson', () => {
+    const same = { parameters: { required: ['a'], properties: { a: { enum: ['x', 'y'], type: 'string', note: undefined } }, type: 'object' }, name: 't', extra: undefined }
+    expect(jsonEqual(base, same)).toBe(true)
+    expect(jsonEqual(same, base)).toBe(true)
+    expect(canonicalJson(base)).toBe(canonicalJson(same))
+    expect(jsonEqual(Object.freeze(JSON.parse(canonicalJson(base))), base)).toBe(true)
+  })
+  it('tells apart a changed value, a member more or fewer on either side, array order and length, and arrays from objects', () => {
+    const cases: unknown[] = [
+      { ...base, parameters: { ...base.parameters, required: ['b'] } },
+      { ...base, parameters: { ...base.parameters, properties: { a: { type: 'string', enum: ['y', 'x'] } } } },
+      { ...base, parameters: { ...base.parameters, properties: { a: { type: 'string', enum: ['x'] } } } },
+      { ...base, description: '' },
+      { name: 't' },
+      { ...base, parameters: { ...base.parameters, properties: { a: { type: 'string', enum: ['x', 'y'], default: null } } } },
+      { ...base, name: 1 },
+      [base],
+      { 0: base },
+    ]
+    for (const c of cases) {
+      expect(jsonEqual(base, c), JSON.stringify(c)).toBe(false)
+      expect(jsonEqual(c, base), JSON.stringify(c)).toBe(false)
+      expect(canonicalJson(c)).not.toBe(canonicalJson(base))
+    }
+    expect(jsonEqual([base], { 0: base })).toBe(false)
+    expect(jsonEqual(null, {})).toBe(false)
+    expect(jsonEqual({ a: null }, {})).toBe(false)
   })
 })
 
