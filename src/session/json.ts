@@ -166,11 +166,12 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
   }
   const ao = a as Record<string, unknown>
   const bo = b as Record<string, unknown>
-  // every defined member of a equals b's; then b has no defined member more
+  // every defined member of a is b's own and equal; then b has no defined member more (b's own, so
+  // that a key such as "__proto__" is never read from b's prototype)
   let members = 0
   for (const k in ao) {
     if (!Object.hasOwn(ao, k) || ao[k] === undefined) continue
-    if (!jsonEqual(ao[k], bo[k])) return false
+    if (!Object.hasOwn(bo, k) || !jsonEqual(ao[k], bo[k])) return false
     members++
   }
   for (const k in bo) if (Object.hasOwn(bo, k) && bo[k] !== undefined) members--

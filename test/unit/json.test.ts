@@ -87,6 +87,11 @@ describe('jsonEqual: equality of canonical texts without writing them', () => {
       expect(canonicalJson(c)).not.toBe(canonicalJson(base))
     }
     expect(jsonEqual([base], { 0: base })).toBe(false)
+    // a "__proto__" member (JSON.parse makes it an own one) is compared with b's own member, never b's prototype
+    const proto = JSON.parse('{"__proto__": {}}')
+    expect(jsonEqual(proto, { x: 1 })).toBe(false)
+    expect(jsonEqual({ x: 1 }, proto)).toBe(false)
+    expect(jsonEqual(proto, JSON.parse('{"__proto__": {}}'))).toBe(true)
     expect(jsonEqual(null, {})).toBe(false)
     expect(jsonEqual({ a: null }, {})).toBe(false)
   })
