@@ -226,7 +226,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     })
     if (o.listen !== false) {
       app.url = await app.http.listen({ port: config.port, host: config.host })
-      log.info({ url: app.url, role: config.role, database: db.kind }, 'agentd listening')
+      log.info({ url: app.url, role: config.role, database: db.kind, node: process.version }, 'agentd listening')
     }
     // drivers start once the process serves: a takeover (crash repair, then the continuation of
     // SPEC §19) is then visible to clients of this process from its first event. An api process drives

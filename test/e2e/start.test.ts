@@ -9,6 +9,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, describe, expect, it } from 'vitest'
+import { runtimeProblem } from '../../src/runtime.js'
 
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-start-'))
@@ -105,6 +106,10 @@ describe('the embedded tenant key', () => {
     expect(key.length).toBeGreaterThan(20)
     expect(fs.statSync(file).mode & 0o777).toBe(0o600)
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/)
+    // the server runs on the Node.js it declares (docs/runtime.md), as npm start starts it
+    const node = /"msg":"agentd listening"/.test(first.stdout) ? /"node":"(v[\d.]+)"/.exec(first.stdout)?.[1] : undefined
+    expect(node, 'the listening line names the Node.js version').toBeDefined()
+    expect(runtimeProblem(node!)).toBeUndefined()
     // the key comes right after the words that announce it, once, and the words point at no other line
     expect(first.stdout).toContain(`agentd: created tenant "default". Its API key, shown only this once and kept in ${file}:\n\n    ${key}\n`)
     expect(first.stdout.split(key)).toHaveLength(2)

@@ -113,7 +113,7 @@ describe('Dockerfile', () => {
     const eol = NODE_LTS_END_OF_LIFE[major]
     expect(eol, `Node ${major} is an LTS line (known: ${Object.keys(NODE_LTS_END_OF_LIFE).join(', ')})`).toBeDefined()
     expect(new Date().toISOString().slice(0, 10) < eol, `Node ${major} reached its end of life on ${eol}: move the image to a newer LTS line`).toBe(true)
-    // package.json's engines range covers both the image and the Node that runs this test (CI: 20)
+    // package.json's engines range covers both the image and the Node that runs this test (npm test: the pinned Node 24)
     const engines = (JSON.parse(read('package.json')) as { engines: { node: string } }).engines.node
     const min = /^>=(\d+)(?:\.(\d+))?/.exec(engines)
     expect(min, `engines.node is a lower bound, got ${engines}`).not.toBeNull()
