@@ -70,6 +70,7 @@ async function run(errorEl, fn, isAction, isCurrent = () => true) {
     if (client !== state.client || !isCurrent()) return STALE // answered for a key no longer in use, or superseded
     if (document.body.dataset.key !== 'ok') {
       keyState('ok')
+      showError($('key-error'), null)
       if ($('key-status').dataset.state === 'bad') keyStatus('', '')
     }
     if (isAction) clearErrors()
@@ -81,11 +82,17 @@ async function run(errorEl, fn, isAction, isCurrent = () => true) {
   }
 }
 
-/** Shows an API error in `errorEl`; a 401 also marks the key as rejected. */
+/**
+ * Shows an API error in `errorEl`. A 401 is about the key, not about the panel that asked: it marks
+ * the key as rejected and shows once, under the key field, however many panels met it.
+ */
 export function reportError(errorEl, err) {
-  if (err.status === 401) {
+  if (err?.status === 401) {
     keyState('bad')
     keyStatus('key rejected', 'bad')
+    showError(errorEl, null)
+    showError($('key-error'), `The server rejected this key (${err}). Paste a key of yours and Save.`)
+    return
   }
   showError(errorEl, err)
 }

@@ -27,7 +27,7 @@ function sessionItem(s) {
     h(
       'button',
       { type: 'button', class: 'session-link', onclick: () => select(s.id) },
-      h('span', { class: 'session-line' }, h('span', { class: `session-name${s.title ? '' : ' untitled'}`, text: s.title ?? '(untitled)' }), h('span', { class: 'badge small', dataset: { status: s.status }, text: s.status })),
+      h('span', { class: 'session-line' }, h('span', { class: `session-name${s.title ? '' : ' untitled'}`, text: s.title ?? '(untitled)', title: s.title ?? undefined }), h('span', { class: 'badge small', dataset: { status: s.status }, text: s.status })),
       h('span', { class: 'session-line muted small' }, h('span', { class: 'mono', text: s.id }), h('span', { title: s.updatedAt, text: relTime(s.updatedAt) })),
       h('span', { class: 'session-line muted small' }, h('span', { class: 'mono', text: s.model }), h('span', { class: 'mono', title: 'headSeq: seq of the last durable event', text: s.headSeq < 0 ? 'empty' : `#${s.headSeq}` })),
       lastTurnLine(s),
@@ -44,8 +44,10 @@ function lastTurnLine(s) {
 export function renderSessions() {
   $('session-list').replaceChildren(...list.sessions.map(sessionItem))
   const empty = $('sessions-empty')
-  empty.hidden = list.sessions.length > 0 || (state.client !== null && !list.loaded)
-  empty.textContent = state.client ? 'No sessions yet: create the first one above.' : 'Enter your API key at the top to see your sessions.'
+  // a rejected key is said under the key field (app.js reportError); the list only says why it is empty
+  const rejected = document.body.dataset.key === 'bad'
+  empty.hidden = list.sessions.length > 0 || (state.client !== null && !list.loaded && !rejected)
+  empty.textContent = !state.client ? 'Enter your API key at the top to see your sessions.' : rejected ? 'This key was rejected: correct it at the top to see your sessions.' : 'No sessions yet: create the first one above.'
   $('load-more').hidden = !list.nextCursor
 }
 

@@ -2,7 +2,7 @@
 // calls used (tokens, cost, calls), today's tokens, and each limit beside what it bounds. It reads
 // `GET /v1/usage` through the SDK's `request()`, with the console's key.
 
-import { state } from './app.js'
+import { reportError, state } from './app.js'
 import { $, h, showError } from './dom.js'
 
 const REFRESH_MS = 60_000
@@ -54,7 +54,7 @@ export async function refreshUsage() {
   } catch (e) {
     if (key !== state.key) return
     $('usage').replaceChildren()
-    showError($('usage-error'), e)
+    reportError($('usage-error'), e)
   }
 }
 

@@ -2,7 +2,7 @@
 // deliveries (status, attempts, the latest answer), a ping and a delete; a form subscribes a new URL
 // and shows its secret once. Calls go through the SDK (`state.client.request`).
 
-import { state } from './app.js'
+import { reportError, state } from './app.js'
 import { $, h, showError } from './dom.js'
 
 const TYPES = ['turn.completed', 'turn.failed', 'turn.cancelled', 'turn.interrupted', 'session.requires_action']
@@ -35,7 +35,7 @@ function hookItem(hook) {
       await fn()
       showError($('webhooks-error'), null)
     } catch (e) {
-      showError($('webhooks-error'), String(e))
+      reportError($('webhooks-error'), e)
     }
   }
   const item = h(
@@ -80,7 +80,7 @@ export async function refreshWebhooks() {
   } catch (e) {
     if (key !== state.key) return
     $('webhook-list').replaceChildren()
-    showError($('webhooks-error'), String(e))
+    reportError($('webhooks-error'), e)
   }
 }
 
@@ -95,7 +95,7 @@ async function create(e) {
     showError($('webhooks-error'), null)
     await refreshWebhooks()
   } catch (err) {
-    showError($('webhooks-error'), String(err))
+    reportError($('webhooks-error'), err)
   }
 }
 

@@ -146,7 +146,7 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
    * wider than the screen; a key field that shows is wide enough to paste into; an open session
    * gives the transcript the top of the screen and at least `transcriptShare` of its height.
    */
-  const looksRight = async (page: Page, name: string, { transcriptShare = 0.5 } = {}) => {
+  const looksRight = async (page: Page, name: string, { transcriptShare = 0.5, transcript = true } = {}) => {
     await page.screenshot({ path: path.join(SHOTS, `${viewport.name}-${name}.png`) })
     const f = await page.evaluate(() => {
       const w = globalThis as any
@@ -164,7 +164,8 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
     })
     expect(f.scrollWidth, `${name}: horizontal overflow`).toBeLessThanOrEqual(f.width)
     if (f.keyWidth !== null) expect(f.keyWidth, `${name}: key field width`).toBeGreaterThanOrEqual(160)
-    if (f.sessionOpen) {
+    // (`transcript: false` where a rejected key leaves nothing for the transcript to show)
+    if (f.sessionOpen && transcript) {
       expect(f.transcript.height, `${name}: transcript height`).toBeGreaterThan(transcriptShare * f.height)
       expect(f.transcript.top, `${name}: transcript top`).toBeLessThan(0.25 * f.height)
       expect(f.transcript.scrollWidth, `${name}: transcript overflow`).toBeLessThanOrEqual(f.transcript.clientWidth)
@@ -291,7 +292,7 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
 
     // a wrong key: rejected, and the list is empty; the key field stays out so it can be corrected
     await saveKey(page, 'agd_not_a_key', 'key rejected')
-    await expect.poll(() => page.textContent('#sessions-error'), WAIT).toContain('unauthorized')
+    await expect.poll(() => page.textContent('#key-error'), WAIT).toContain('unauthorized')
     expect(await listedIds(page)).toEqual([])
     expect(await page.isHidden('#welcome-error')).toBe(true)
     expect((await looksRight(page, 'key-rejected')).keyWidth).toBeGreaterThanOrEqual(160)
@@ -309,6 +310,109 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
       await page.click('#key-toggle')
       expect((await looksRight(page, 'key-reopened')).keyWidth).toBeGreaterThanOrEqual(160)
     }
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
+
+  /** the error boxes on screen, as [id, text] */
+  const shownErrors = (page: Page) =>
+    page.$$eval('.error', (els) => els.filter((e) => e.getClientRects().length > 0 && (globalThis as any).getComputedStyle(e).visibility !== 'hidden').map((e) => [e.id, e.textContent]))
+
+  it('a wrong key is said once, under the key field, not again by every panel that met it', async () => {
+    const tenant = await newTenant('wrong-key')
+    const id = await tenant.createSession('Open')
+    const page = await newPage()
+    explainOnFailure(page, () => id)
+    await openConsole(page, t.url, tenant.key)
+    await pickSession(page, `.session-item[data-id="${id}"]`)
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    const rejected = new Set<string>()
+    page.on('response', (r) => {
+      if (r.status() === 401) rejected.add(new URL(r.url()).pathname)
+    })
+    // the session stays in the address, so every read of the console meets the wrong key: the
+    // sidebar's four panels and the open session's own
+    await saveKey(page, 'agd_not_a_key', 'key rejected')
+    const sid = `/v1/sessions/${encodeURIComponent(id)}`
+    await expect.poll(() => [...rejected], WAIT).toEqual(expect.arrayContaining(['/v1/sessions', '/v1/usage', '/v1/secrets', '/v1/webhooks', sid, `${sid}/stream`]))
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('disconnected')
+    const once = [['key-error', 'The server rejected this key (unauthorized: unknown or revoked API key). Paste a key of yours and Save.']]
+    await expect.poll(() => shownErrors(page), WAIT).toEqual(once)
+    await showSessions(page)
+    expect(await shownErrors(page)).toEqual(once)
+    // the panels that only mean something for a working key step aside
+    for (const panel of ['#usage-panel', '#secrets-panel', '#webhooks-panel']) expect(await page.isVisible(panel), panel).toBe(false)
+    // the list says why it is empty, without repeating the error
+    expect(await page.textContent('#sessions-empty')).toBe('This key was rejected: correct it at the top to see your sessions.')
+    await looksRight(page, 'key-rejected-once-sessions', { transcript: false })
+    if (isPhone) await hideSessions(page)
+    await looksRight(page, 'key-rejected-once', { transcript: false })
+
+    // the right key again: the error goes, the panels come back
+    await saveKey(page, tenant.key)
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    await showSessions(page)
+    await expect.poll(() => listedIds(page), WAIT).toEqual([id])
+    expect(await shownErrors(page)).toEqual([])
+    for (const panel of ['#usage-panel', '#secrets-panel', '#webhooks-panel']) expect(await page.isVisible(panel), panel).toBe(true)
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
+
+  /** what `sel` shows: its text, and whether it all fits (nothing cut by an ellipsis or clipped) */
+  const fits = (page: Page, sel: string) => page.$eval(sel, (e) => ({ text: e.textContent, whole: e.scrollWidth <= e.clientWidth && e.scrollHeight <= e.clientHeight, box: e.getBoundingClientRect().toJSON() as { left: number; right: number; top: number; bottom: number } }))
+
+  it('the top bar shows the connection state whole, on a small phone too', async () => {
+    const page = await newPage()
+    explainOnFailure(page, () => undefined)
+    const widths = isPhone ? [viewport.width, 360, 320] : [viewport.width]
+    /** at every width: the state's text all shows, inside the bar, beside the brand and the Key button */
+    const whole = async (text: string, name: string) => {
+      for (const width of widths) {
+        await page.setViewportSize({ width, height: viewport.height })
+        const conn = await fits(page, '#conn-text')
+        expect(conn.text).toBe(text)
+        expect(conn.whole, `"${text}" at ${width} px`).toBe(true)
+        expect(conn.box.right).toBeLessThanOrEqual(width)
+        expect(conn.box.left, `"${text}" over the brand at ${width} px`).toBeGreaterThanOrEqual((await fits(page, '.brand')).box.right)
+        if (await page.isVisible('#key-toggle')) expect(conn.box.right, `"${text}" under the Key button at ${width} px`).toBeLessThanOrEqual((await fits(page, '#key-toggle')).box.left)
+        await page.screenshot({ path: path.join(SHOTS, `${viewport.name}-conn-${name}-${width}.png`) })
+      }
+      await page.setViewportSize({ width: viewport.width, height: viewport.height })
+    }
+    const tenant = await newTenant('connection')
+    const id = await tenant.createSession()
+    await page.goto(`${t.url}/`)
+    await whole('no API key', 'no-key')
+    await saveKey(page, tenant.key)
+    await expect.poll(() => page.isVisible('#api-key'), WAIT).toBe(!isPhone)
+    await whole('not connected', 'not-connected')
+    await pickSession(page, `.session-item[data-id="${id}"]`)
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    await whole('live', 'live')
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
+
+  it('a long title leaves the status badge whole, in the list and in the header', async () => {
+    const tenant = await newTenant('long-title')
+    const title = 'The quarterly numbers of the northern region, compared with last year and explained for the board'
+    const id = await tenant.createSession(title)
+    const page = await newPage()
+    explainOnFailure(page, () => id)
+    await openConsole(page, t.url, tenant.key)
+    await pickSession(page, `.session-item[data-id="${id}"]`)
+    await expect.poll(() => page.inputValue('#session-title'), WAIT).toBe(title)
+    expect(await fits(page, '#status-badge')).toMatchObject({ text: 'idle', whole: true })
+    await looksRight(page, 'long-title')
+    await showSessions(page)
+    const item = `#session-list .session-item[data-id="${id}"]`
+    // what stands beside the title shows whole; the title gives way, with the whole of it on hover
+    expect(await fits(page, `${item} .badge`)).toMatchObject({ text: 'idle', whole: true })
+    for (const sel of [`${item} .session-line:nth-child(2) > span:last-child`, `${item} .session-line:nth-child(3) > span:last-child`]) expect((await fits(page, sel)).whole, sel).toBe(true)
+    expect(await fits(page, `${item} .session-name`)).toMatchObject({ text: title, whole: false })
+    expect(await page.getAttribute(`${item} .session-name`, 'title')).toBe(title)
+    await looksRight(page, 'long-title-list')
     expect(pageErrors).toEqual([])
     await page.context().close()
   }, 60000)
@@ -566,12 +670,22 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
     expect(await approval.locator('.tool-name').textContent()).toBe('add')
     // the pending calls take a share of a phone's screen above the composer; the transcript keeps the most
     await looksRight(page, 'approval', { transcriptShare: 0.4 })
+    // what is to be allowed shows whole: the arguments are not clipped, and the card with its buttons
+    // is inside the column that holds it
+    const argsShown = await fits(page, '#pending .pending-call[data-kind="approval"] pre')
+    expect(JSON.parse(argsShown.text!)).toEqual({ a: 2, b: 3 })
+    expect(argsShown.whole, 'the arguments are clipped').toBe(true)
+    const side = (await fits(page, '.side')).box
+    const card = (await fits(page, '#pending .pending-call[data-kind="approval"]')).box
+    expect(card.top).toBeGreaterThanOrEqual(side.top)
+    expect(card.bottom, 'the approval card runs out of its column').toBeLessThanOrEqual(side.bottom)
     await approval.locator('button', { hasText: 'Allow' }).click()
     // the client call
     const client = page.locator('#pending .pending-call[data-kind="client"]')
     await client.waitFor(WAIT)
     expect(await client.locator('.tool-name').textContent()).toBe('ask_user')
     expect(await client.locator('pre').textContent()).toContain('Favourite colour?')
+    expect((await fits(page, '#pending .pending-call[data-kind="client"] pre')).whole, 'the arguments are clipped').toBe(true)
     await client.locator('textarea').fill('blue')
     await client.locator('button', { hasText: 'Send result' }).click()
 
