@@ -8,12 +8,13 @@
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import http from 'node:http'
-import type { AddressInfo } from 'node:net'
+import net, { type AddressInfo } from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { d, ofType } from '../helpers/events.js'
+import { gate } from '../helpers/scripted.js'
 import { until } from '../helpers/wait.js'
 import { CONTINUATION_EXPECTED, startAgentdProcess } from './helpers-sdk.js'
 
@@ -38,6 +39,19 @@ const type = (text: string) => {
   tmux('send-keys', '-t', PANE, '-l', text)
   tmux('send-keys', '-t', PANE, 'Enter')
 }
+/** the screen's lines after the last one that holds `cmd`, trimmed, without empty ones */
+const linesAfter = (cmd: string) => {
+  const lines = screen().split('\n')
+  return lines.slice(lines.findLastIndex((l) => l.includes(cmd)) + 1).map((l) => l.trim()).filter(Boolean)
+}
+/** a port nothing listens on */
+const closedPort = () =>
+  new Promise<number>((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as AddressInfo
+      s.close(() => resolve(port))
+    })
+  })
 const seen = (what: string | RegExp, timeoutMs = 20000) => until(`the screen to show ${what}`, () => (typeof what === 'string' ? screen().includes(what) : what.test(screen())), timeoutMs, 50)
 
 describe('agentd-chat in a terminal', () => {
@@ -82,6 +96,19 @@ describe('agentd-chat in a terminal', () => {
     const tooling = await t.createSession({ tools })
     await t.api('PATCH', `/v1/sessions/${tooling.id}`, { title: 'tooling' })
 
+    // no server at the address: it says where it connects, and gives up in one line, not after a blank wait
+    const nowhere = `http://127.0.0.1:${await closedPort()}`
+    type(`npx agentd-chat --url ${nowhere} --key agd_nothing`)
+    await seen(`connecting to ${nowhere}…`)
+    await seen(`agentd-chat: no agentd answers at ${nowhere} (connection refused)`)
+    await seen(/\$ $/m)
+    expect(linesAfter(`npx agentd-chat --url ${nowhere}`)).toEqual([
+      `connecting to ${nowhere}…`,
+      `agentd-chat: no agentd answers at ${nowhere} (connection refused); start one with \`npm start\`, or pass --url or set AGENTD_URL`,
+      '$',
+    ])
+    type('clear')
+
     // the picker lists the session; Enter makes a new one with the model asked for
     type('npx agentd-chat --model faux/echo')
     await seen('pick 1-1, or Enter for a new session')
@@ -100,11 +127,24 @@ describe('agentd-chat in a terminal', () => {
     await seen(/\$ $/m)
 
     // the tool session, opened by id: a running turn, then /cancel
-    t.models.script(tooling.id, { text: ['counting ', 'one ', 'two'], hang: true })
+    const held = gate()
+    t.models.script(tooling.id, { text: ['counting ', 'one ', 'two\nthree ', 'four'], holdAfter: 2, gate: held.promise, hang: true })
     type(`npx agentd-chat --session ${tooling.id}`)
     await seen(`session ${tooling.id} (test/scripted) "tooling"`)
     type('count slowly')
-    await seen('agent> counting one two')
+    await seen('agent> counting one')
+    // a /steer typed while the answer streams: the answer's line ends at the first key, the typing
+    // stays on the prompt's line, and the answer's text goes on above it, a whole line at a time
+    tmux('send-keys', '-t', PANE, '-l', '/steer faster please')
+    await seen(/^agent> counting one\s*\nyou> \/steer faster please\s*$/m)
+    held.open()
+    await seen(/^agent> counting one\s*\nagent> two\s*\nyou> \/steer faster please\s*$/m)
+    tmux('send-keys', '-t', PANE, 'Enter')
+    await seen('(steered)')
+    await seen(/^agent> three four\s*$/m)
+    expect(screen().split('\n').filter((l) => l.includes('/steer'))).toEqual(['you> /steer faster please'])
+    await until('the steer to be queued for the next step', async () => (await t.api('GET', `/v1/sessions/${tooling.id}/inbox`)).body.nextStep.length === 1, 10000, 50)
+    expect((await t.api('GET', `/v1/sessions/${tooling.id}/inbox`)).body.nextStep.map((m: any) => m.content)).toEqual([[{ type: 'text', text: 'faster please' }]])
     type('/cancel')
     await seen('[cancelled]')
     const cancelled = await t.waitForTurnEnd(tooling.id, 1)
@@ -128,6 +168,23 @@ describe('agentd-chat in a terminal', () => {
       ['c1', false, 'blue'],
     ])
     await seen(/\[completed\]\s*\n(you> )?\s*$/)
+    type('/quit')
+    await seen(/\$ $/m)
+
+    // opened again: the history shows each tool call by its name and arguments, and each result by its call's name
+    type('clear')
+    type(`npx agentd-chat --session ${tooling.id}`)
+    await seen(`session ${tooling.id} (test/scripted) "tooling"; /help for commands`)
+    const history = linesAfter(`npx agentd-chat --session ${tooling.id}`)
+    expect(history.slice(0, history.findIndex((l) => l.startsWith('session ')))).toEqual([
+      'connecting to ' + t.url + '…',
+      'you> check order 7',
+      '⚙ lookup {"order":7}',
+      '↳ lookup: order 7 is fine',
+      '⚙ color {}',
+      '↳ color: blue',
+      'agent> order 7 is fine, and blue',
+    ])
     type('/quit')
   }, 120000)
 

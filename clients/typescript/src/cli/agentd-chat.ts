@@ -38,9 +38,12 @@ function apiKey(given: string | undefined): string {
 
 class Chat {
   private rl: readline.Interface
-  /** text of the attempt being printed, to continue it after a snapshot or settle it */
+  /** text of the attempt given to write (shown or held), to continue it after a snapshot or settle it */
   private printed = ''
+  /** an answer's line is open at the cursor, and the prompt is not shown */
   private streaming = false
+  /** answer text that came while the user was typing at the prompt: shown once they are done */
+  private held = ''
   private running = false
   private questions: PendingCall[] = []
   private asked = new Set<string>()
@@ -73,22 +76,60 @@ class Chat {
     this.rl.prompt(true)
   }
 
+  /**
+   * Shows answer text as it streams. While the user types at the prompt the text is held, and only
+   * its whole lines go above the prompt, so that what they type never lands on the answer's line.
+   */
   private write(text: string): void {
+    this.printed += text
+    if (!this.streaming && this.rl.line) {
+      this.held += text
+      const cut = this.held.lastIndexOf('\n')
+      if (cut >= 0) {
+        this.say(`agent> ${this.held.slice(0, cut)}`)
+        this.held = this.held.slice(cut + 1)
+      }
+      return
+    }
     if (!this.streaming) {
       readline.clearLine(process.stdout, 0)
       readline.cursorTo(process.stdout, 0)
       process.stdout.write('agent> ')
       this.streaming = true
     }
-    process.stdout.write(text)
-    this.printed += text
+    process.stdout.write(this.held + text)
+    this.held = ''
+  }
+
+  /** A key while an answer streams: the answer's line ends, and the prompt takes the key (readline echoes it after this). */
+  private onKey(): void {
+    if (!this.streaming) return
+    process.stdout.write('\n')
+    this.streaming = false
+    this.prompt()
+  }
+
+  /** The answer is over: its line is closed, or what was held for the typing user is shown. */
+  private endAnswer(): void {
+    if (this.streaming) {
+      process.stdout.write('\n')
+      this.streaming = false
+      this.prompt()
+    } else if (this.held) this.say(`agent> ${this.held}`)
+    this.held = ''
   }
 
   async start(): Promise<void> {
     const s = this.session
     this.running = s.status === 'running'
     // listening before the first await: a line typed meanwhile must not be lost
-    this.rl.on('line', (line) => void this.onLine(line).catch((e) => this.say(`! ${(e as Error).message}`)))
+    this.rl.on('line', (line) => {
+      // the user is done typing: what the answer held meanwhile continues it
+      if (this.held) this.write('')
+      void this.onLine(line).catch((e) => this.say(`! ${(e as Error).message}`))
+    })
+    // before readline's own listener, so that the key is echoed on the prompt's line, not the answer's
+    process.stdin.prependListener('keypress', () => this.onKey())
     this.rl.on('SIGINT', () => {
       if (this.running) void this.command('/cancel')
       else this.quit()
@@ -138,13 +179,10 @@ class Chat {
           if (text.startsWith(this.printed)) this.write(text.slice(this.printed.length))
           else {
             this.printed = ''
+            this.held = ''
             this.write(text)
           }
-        } else if (a.kind === 'end' && this.streaming) {
-          process.stdout.write('\n')
-          this.streaming = false
-          this.prompt()
-        }
+        } else if (a.kind === 'end') this.endAnswer()
         return
       }
       case 'session/event':
@@ -168,6 +206,7 @@ class Chat {
         if (text.length > this.printed.length) this.write(text.slice(this.printed.length))
       } else {
         this.printed = ''
+        this.held = ''
         this.write(text)
       }
       this.printed = ''
@@ -281,6 +320,22 @@ class Chat {
   }
 }
 
+/** The one line that says why the chat could not start. */
+function startFailure(baseUrl: string, e: unknown): string {
+  if (e instanceof DOMException && e.name === 'TimeoutError') return `no agentd answered at ${baseUrl} within ${CONNECT.deadlineMs / 1000} s; is the address right (--url, AGENTD_URL)?`
+  if (!(e instanceof AgentdError)) return `${baseUrl}: ${e instanceof Error ? e.message : String(e)}`
+  if (e.code !== 'network-error') return `${baseUrl}: ${e.code}: ${e.message}`
+  // fetch's own error says only "fetch failed": the reason is in its causes
+  let code: string | undefined
+  let inner = e.message.slice(e.message.indexOf(': ') + 2)
+  for (let c = e.cause as { code?: unknown; message?: unknown; cause?: unknown } | undefined; c && !code; c = c.cause as typeof c) {
+    if (typeof c.code === 'string') code = c.code
+    if (typeof c.message === 'string' && c.message) inner = c.message
+  }
+  const why = code === 'ECONNREFUSED' ? 'connection refused' : code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? 'unknown host' : inner
+  return `no agentd answers at ${baseUrl} (${why}); start one with \`npm start\`, or pass --url or set AGENTD_URL`
+}
+
 function notPending(e: unknown): void {
   if (e instanceof AgentdError && e.code === 'tool-call-not-pending') return
   throw e
@@ -297,11 +352,20 @@ function ask(question: string): Promise<string> {
   )
 }
 
+/**
+ * How long the first call may take to reach a server, and how often a refused connection is tried
+ * again meanwhile (a server that is just starting): then the chat gives up in one line. Its later calls
+ * keep the client's own patience, so that a server restart mid-chat costs a "[reconnecting…]" only.
+ */
+const CONNECT = { retry: { maxAttempts: 4, initialDelayMs: 250, maxDelayMs: 1000 }, timeoutMs: 5000, deadlineMs: 10000 }
+
 async function pickSession(client: AgentdClient, o: { session?: string; new?: boolean; model?: string; system?: string }): Promise<Session> {
-  const create = () => client.sessions.create({ ...(o.model ? { model: o.model } : {}), ...(o.system ? { system: o.system } : {}) })
-  if (o.session) return client.sessions.get(o.session)
-  if (o.new) return create()
-  const page = await client.sessions.page({ limit: 9 })
+  const create = (signal?: AbortSignal) => client.sessions.create({ ...(o.model ? { model: o.model } : {}), ...(o.system ? { system: o.system } : {}) }, { signal })
+  // the first call finds out whether a server answers at all
+  const signal = AbortSignal.timeout(CONNECT.deadlineMs)
+  if (o.session) return client.sessions.get(o.session, { signal })
+  if (o.new) return create(signal)
+  const page = await client.sessions.page({ limit: 9, signal })
   if (!page.sessions.length) return create()
   process.stdout.write('sessions, newest first:\n')
   page.sessions.forEach((s, i) => process.stdout.write(`  ${i + 1}) ${s.title ?? s.id}  ${s.model}  ${s.status}  ${s.updatedAt.replace('T', ' ').slice(0, 16)}\n`))
@@ -335,12 +399,14 @@ async function main(): Promise<void> {
     return
   }
   const baseUrl = args.url ?? process.env.AGENTD_URL ?? 'http://127.0.0.1:8080'
-  const client = new AgentdClient({ baseUrl, apiKey: apiKey(args.key) })
+  const key = apiKey(args.key)
+  const client = new AgentdClient({ baseUrl, apiKey: key })
+  process.stdout.write(`connecting to ${baseUrl}…\n`)
   let session: Session
   try {
-    session = await pickSession(client, args)
+    session = await pickSession(new AgentdClient({ baseUrl, apiKey: key, retry: CONNECT.retry, timeoutMs: CONNECT.timeoutMs }), args)
   } catch (e) {
-    fail(e instanceof AgentdError ? `${baseUrl}: ${e.code}: ${e.message}` : String(e))
+    fail(startFailure(baseUrl, e))
   }
   await new Chat(client, session).start()
 }

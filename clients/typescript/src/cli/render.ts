@@ -45,15 +45,25 @@ export function pendingQuestion(call: PendingCall): string {
   return call.kind === 'approval' ? `? allow ${call.name} ${args} [y/n] ` : `? ${call.name} ${args} is yours to answer: type its result (start with ! for an error) `
 }
 
-/** The last messages of a history, one line each, for a session that is opened again. */
+/**
+ * The last messages of a history, for a session that is opened again: one line per text, tool call
+ * and tool result, as they showed live (a tool call by its name and arguments, its result by the
+ * call's name), never an empty `agent>` line.
+ */
 export function historyLines(messages: Message[], n = 6): string[] {
+  const names = new Map<string, string>()
+  for (const m of messages) if (m.role === 'assistant') for (const b of m.content) if (b.type === 'tool-call') names.set(b.id, b.name)
   const out: string[] = []
   for (const m of messages.slice(-n)) {
     if (m.role === 'system') continue
-    const src = m.source as { kind: string }
-    if (m.role === 'assistant') out.push(`agent> ${clip(textOf(m.content), 200)}`)
-    else if (src.kind === 'tool') out.push(`  ↳ ${clip(textOf(m.content), 100)}`)
-    else out.push(`you> ${clip(textOf(m.content), 200)}`)
+    if (m.role === 'assistant') {
+      const text = textOf(m.content.filter((b) => b.type === 'text'))
+      if (text.trim()) out.push(`agent> ${clip(text, 200)}`)
+      for (const b of m.content) if (b.type === 'tool-call') out.push(toolCallLine(b.name, b.arguments))
+    } else if (m.source.kind === 'tool') {
+      const block = m.content[0]
+      if (block?.type === 'tool-result') out.push(toolResultLine(names.get(block.toolCallId) ?? 'tool', block.content, block.isError))
+    } else out.push(`you> ${clip(textOf(m.content), 200)}`)
   }
   return out
 }
