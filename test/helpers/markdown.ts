@@ -1,12 +1,20 @@
 // Reading the project's markdown in tests: sections by heading, table rows, code blocks.
 
-/** The text from a heading matching `heading` to the next heading of the same or a higher level. */
+/**
+ * The text from a heading matching `heading` to the next heading of the same or a higher level; a `#`
+ * line inside a fenced code block (a shell comment) is no heading.
+ */
 export function section(md: string, heading: RegExp): string {
   const lines = md.split('\n')
-  const at = lines.findIndex((l) => heading.test(l))
+  let fenced = false
+  const isHeading = lines.map((l) => {
+    if (/^```/.test(l)) fenced = !fenced
+    return !fenced && /^(#+)\s/.test(l)
+  })
+  const at = lines.findIndex((l, k) => isHeading[k] && heading.test(l))
   if (at < 0) throw new Error(`no heading ${heading}`)
   const level = /^(#+)/.exec(lines[at])![1].length
-  const end = lines.findIndex((l, k) => k > at && /^(#+)\s/.test(l) && /^(#+)/.exec(l)![1].length <= level)
+  const end = lines.findIndex((l, k) => k > at && isHeading[k] && /^(#+)/.exec(l)![1].length <= level)
   return lines.slice(at, end < 0 ? undefined : end).join('\n')
 }
 
