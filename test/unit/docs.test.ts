@@ -2,12 +2,15 @@
 // openapi/openapi.json, the event catalogue and the error codes; docs/configuration.md lists exactly the
 // variables src/config.ts reads, with the defaults it applies; every example models file in
 // docs/models.md is accepted; docs/plugins.md shows the example plugins exactly as they are in
-// docs/examples (test/integration/docs-examples.test.ts runs them).
+// docs/examples (test/integration/docs-examples.test.ts runs them); clients/typescript/README.md names
+// every public method and export of the client.
 
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import ts from 'typescript'
 import { describe, expect, it } from 'vitest'
+import * as sdk from '../../clients/typescript/src/index.js'
 import { loadConfig } from '../../src/config.js'
 import { parseModelsFile } from '../../src/llm/index.js'
 import { DocsError, renderApiDoc, type OpenApiDoc } from '../../scripts/docs.js'
@@ -189,5 +192,44 @@ describe('README.md', () => {
 
   it('does not send users to files outside the repository, or to a conformance suite they do not have', () => {
     expect(readme).not.toMatch(/\.\.\/shared|conformance/i)
+  })
+})
+
+describe('clients/typescript/README.md', () => {
+  const readme = read('clients/typescript/README.md')
+  /** what the README writes as code: `client.usage({from, to, groupBy})`, `admin.setLimits(…)`, … */
+  const spans = [...readme.matchAll(/`([^`\n]+)`/g)].map((m) => m[1]!.trim())
+  const named = (ref: string) => spans.some((s) => new RegExp(`^(new |client\\.)?${ref.replace('.', '\\.')}(?![\\w$])`).test(s))
+
+  /** The public methods of the client's classes, as the source declares them (not private, not the constructor). */
+  function publicMethods(): Record<string, string[]> {
+    const file = ts.createSourceFile('client.ts', read('clients/typescript/src/client.ts'), ts.ScriptTarget.Latest, true)
+    const out: Record<string, string[]> = {}
+    for (const st of file.statements) {
+      if (!ts.isClassDeclaration(st) || !st.name) continue
+      out[st.name.text] = st.members
+        .filter((m) => ts.isMethodDeclaration(m) && !(ts.getCombinedModifierFlags(m) & (ts.ModifierFlags.Private | ts.ModifierFlags.Protected)))
+        .map((m) => (m.name as ts.Identifier).text)
+    }
+    return out
+  }
+
+  it('names every public method of the client, with the object it is called on', () => {
+    const methods = publicMethods()
+    // the client and the groups it hands out as client.sessions, client.admin, client.secrets
+    const prefix: Record<string, string> = { AgentdClient: '', SessionsApi: 'sessions.', AdminApi: 'admin.', SecretsApi: 'secrets.' }
+    expect(Object.keys(methods).sort()).toEqual(Object.keys(prefix).sort())
+    expect(methods.AgentdClient).toEqual(expect.arrayContaining(['followup', 'usage', 'createWebhook', 'testWebhook']))
+    expect(methods.AdminApi).toEqual(expect.arrayContaining(['createTenant', 'setLimits']))
+    const missing = Object.entries(methods).flatMap(([cls, ms]) => ms.map((m) => `${prefix[cls]}${m}`)).filter((ref) => !named(ref))
+    expect(missing, 'methods the client README does not name').toEqual([])
+  })
+
+  it('names every function and class the package exports', () => {
+    const values = Object.entries(sdk).filter(([, v]) => typeof v === 'function').map(([k]) => k)
+    expect(values).toEqual(expect.arrayContaining(['AgentdClient', 'verifyWebhook', 'AgentdError']))
+    // the groups are reached through the client (checked above), not made by users
+    const missing = values.filter((k) => !['SessionsApi', 'AdminApi', 'SecretsApi'].includes(k)).filter((k) => !named(k))
+    expect(missing, 'exports the client README does not name').toEqual([])
   })
 })
