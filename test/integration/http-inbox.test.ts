@@ -7,6 +7,7 @@ import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
+import { sleep } from '../helpers/wait.js'
 import type { SessionEvent } from '../../src/session/index.js'
 
 const types = (evs: Array<{ type: string }>) => evs.map((e) => e.type)
@@ -291,6 +292,31 @@ describe.each(DB_KINDS)('the inbox over HTTP on %s', (kind) => {
     expectValidLog(final)
     // a second cancel once idle: nothing was running
     expect((await t.api('POST', `/v1/sessions/${s.id}/cancel`)).body).toEqual({ cancelled: false })
+  })
+
+  it('cancel {keepInbox:true}: the kept input opens no turn by itself and runs with the next waking delivery (API.md §5)', async () => {
+    const { s, g } = await held()
+    await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'keep me', id: 'k1' })
+    expect((await t.api('POST', `/v1/sessions/${s.id}/cancel`, { keepInbox: true })).body).toEqual({ cancelled: true })
+    await t.waitForTurnEnd(s.id, 1)
+    g.open()
+    await t.waitIdle(s.id)
+    // idle, and it stays so: the kept prompt waits in the inbox
+    await sleep(300)
+    expect((await t.events(s.id)).filter((e) => e.type === 'turn/start')).toHaveLength(1)
+    expect((await t.api('GET', `/v1/sessions/${s.id}`)).body.status).toBe('idle')
+    expect((await inbox(s.id)).nextTurn.map((m: any) => m.id)).toEqual(['k1'])
+    // the next followup wakes the session: the kept prompt runs first, in a turn of its own, then the new one
+    t.models.script(s.id, { text: ['kept'] }, { text: ['next'] })
+    await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'next', id: 'n1' })
+    await t.waitForTurnEnd(s.id, 3)
+    const log = await t.waitIdle(s.id)
+    const turnOf = (id: string) => {
+      const at = log.findIndex((e) => e.type === 'user/message' && (e.data as any).id === id)
+      return (log.slice(0, at).filter((e) => e.type === 'turn/start').at(-1)!.data as any).turn
+    }
+    expect([turnOf('k1'), turnOf('n1')]).toEqual([2, 3])
+    expectValidLog(log)
   })
 
   it('cancel {keepInbox:true} on a running turn keeps the queued input', async () => {
