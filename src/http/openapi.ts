@@ -45,7 +45,8 @@ export function openapiDocument(routes: RouteDoc[], version: string): Record<str
     if (params.length) op.parameters = params
     if (s.body) op.requestBody = { required: !facts.optionalBody, content: { 'application/json': { schema: withRefs(s.body) } } }
     const responses: Record<string, unknown> = {}
-    for (const [code, schema] of Object.entries((s.response as Record<string, unknown>) ?? {})) responses[code] = { description: `HTTP ${code}`, content: { 'application/json': { schema: withRefs(schema) } } }
+    // a 204 has no body at all (RFC 9110 §15.3.5), whatever schema the route gives it
+    for (const [code, schema] of Object.entries((s.response as Record<string, unknown>) ?? {})) responses[code] = code === '204' ? { description: 'No content' } : { description: `HTTP ${code}`, content: { 'application/json': { schema: withRefs(schema) } } }
     if (facts.eventStream) responses['200'] = { description: 'text/event-stream of session/event and live frames', content: { 'text/event-stream': { schema: { type: 'string' } } } }
     if (r.wsHandler) responses['101'] = { description: 'WebSocket upgrade; JSON frames {event, id?, data}' }
     if (!Object.keys(responses).length) responses['200'] = { description: 'OK' }

@@ -9,7 +9,7 @@ import * as S from './schemas.js'
 const err = { 400: S.ErrorBody, 401: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 
 export async function secretRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
-  app.put('/secrets/:name', { schema: { operationId: 'putSecret', summary: 'Create or replace a tenant secret', params: S.SecretParams, body: S.PutSecretBody, response: { ...err } } }, async (req, reply) => {
+  app.put('/secrets/:name', { schema: { operationId: 'putSecret', summary: 'Create or replace a tenant secret', params: S.SecretParams, body: S.PutSecretBody, response: { 204: { type: 'null' }, ...err } } }, async (req, reply) => {
     const { name } = req.params as { name: string }
     const { value } = req.body as { value: string }
     if (Buffer.byteLength(value, 'utf8') > MAX_SECRET_BYTES) throw badRequest(`a secret value is at most ${MAX_SECRET_BYTES} bytes`, [{ path: 'body.value', message: `must be at most ${MAX_SECRET_BYTES} bytes in UTF-8` }])

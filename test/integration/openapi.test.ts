@@ -133,6 +133,9 @@ describe('openapi/openapi.json', () => {
     expect(Object.keys(op('post', '/v1/sessions').responses)).toContain('201')
     expect(Object.keys(op('post', '/v1/sessions/{id}/followup').responses)).toContain('202')
     expect(Object.keys(op('delete', '/v1/sessions/{id}').responses)).toContain('204')
+    expect(Object.keys(op('put', '/v1/secrets/{name}').responses)).toContain('204')
+    // every route says what it answers when it succeeds, not only its errors
+    for (const [p, item] of Object.entries(served.paths)) for (const [m, o] of Object.entries(item)) expect(Object.keys(o.responses).filter((c) => /^(1|2)\d\d$/.test(c)), `${m.toUpperCase()} ${p}`).not.toEqual([])
     expect(Object.keys(op('post', '/v1/admin/tenants').responses)).toContain('201')
     expect(op('get', '/v1/sessions/{id}/stream').responses['200']?.content).toHaveProperty('text/event-stream')
     expect(op('get', '/v1/sessions/{id}/ws').responses).toHaveProperty('101')

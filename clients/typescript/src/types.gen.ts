@@ -1087,14 +1087,12 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description HTTP 204 */
+            /** @description No content */
             204: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content: {
-                    "application/json": null;
-                };
+                content?: never;
             };
             /** @description HTTP 400 */
             400: {
@@ -1402,6 +1400,13 @@ export interface operations {
             };
         };
         responses: {
+            /** @description No content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description HTTP 400 */
             400: {
                 headers: {
