@@ -10,6 +10,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, describe, expect, it } from 'vitest'
 import { runtimeProblem } from '../../src/runtime.js'
+import { section } from '../helpers/markdown.js'
 
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-start-'))
@@ -91,7 +92,7 @@ describe('a bad setting', () => {
 })
 
 describe('the embedded tenant key', () => {
-  it('is shown once on the first start, kept in the api-key file, and only pointed to on a later start', async () => {
+  it('is shown once on the first start, kept in the api-key file, and only pointed to on a later start; the backup section names every file of the data directory', async () => {
     const dataDir = path.join(tmp, 'data-key')
     const listening = (out: string) => /"msg":"agentd listening"/.test(out)
     let url = ''
@@ -120,5 +121,11 @@ describe('the embedded tenant key', () => {
     expect(second.stdout).toContain(`agentd: the API key of tenant "default" is in ${file}\n`)
     expect(second.stdout).not.toContain(key)
     expect(fs.readFileSync(file, 'utf8').trim(), 'the key file is left as it was').toBe(key)
+
+    // a backup of the embedded database is a copy of the data directory: docs/operations.md names all of it
+    const backups = section(fs.readFileSync(path.join(PROJECT, 'docs/operations.md'), 'utf8'), /^## Backups/)
+    const entries = fs.readdirSync(dataDir).sort()
+    expect(entries).toEqual(['api-key', 'pgdata', 'secret-key'])
+    for (const entry of entries) expect(backups, `docs/operations.md, Backups: ${entry}`).toContain(`\`${entry}\``)
   }, 120000)
 })
