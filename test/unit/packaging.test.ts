@@ -4,10 +4,13 @@
 // own checks, configuration variables included, are in docs.test.ts.)
 
 import { execFileSync } from 'node:child_process'
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
+import { loadConfig, parseSecretKey } from '../../src/config.js'
+import { API_KEY_FILE } from '../../src/embedded-tenant.js'
 import { MIGRATIONS_DIR } from '../../src/store/migrate.js'
 import { SDK_DIR, WEB_DIR } from '../../src/http/ops.js'
 import { section, tableRows } from '../helpers/markdown.js'
@@ -358,6 +361,16 @@ describe('docker-compose.yml', () => {
     expect(services.postgres.ports, 'PostgreSQL is reachable only by the agentd service').toBeUndefined()
   })
 
+  it('takes AGENTD_SECRET_KEY from the user, never a key of its own, and says how to make one the server accepts', () => {
+    const env = composeEnv(services.agentd.environment)
+    // unset or empty: the server starts without secrets (409 secrets-unavailable on their routes)
+    expect(env.AGENTD_SECRET_KEY).toMatch(/^\$\{AGENTD_SECRET_KEY(:-)?\}$/)
+    expect(loadConfig({ AGENTD_SECRET_KEY: '' }).secretKey).toBeUndefined()
+    const make = /AGENTD_SECRET_KEY=\$\(openssl rand -base64 (\d+)\)/.exec(read('docker-compose.yml'))
+    expect(make, 'docker-compose.yml shows how to make the key').not.toBeNull()
+    expect(parseSecretKey(crypto.randomBytes(Number(make![1])).toString('base64'))).toBeInstanceOf(Buffer)
+  })
+
   it('sets only documented configuration variables and keeps the database in a named volume', () => {
     const known = configVariables()
     for (const k of Object.keys(composeEnv(services.agentd.environment))) expect(known, `agentd environment variable ${k}`).toContain(k)
@@ -390,6 +403,19 @@ describe('README.md', () => {
     const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string> }
     expect(pkg.scripts.start).toBeTruthy()
     expect(pkg.scripts.test).toBeTruthy()
+  })
+
+  it('says, in its Docker section, what compose needs for secrets and where the image keeps its first key', () => {
+    const docker = section(readme, /^##\s+docker\b/i)
+    const make = /AGENTD_SECRET_KEY=\$\(openssl rand -base64 (\d+)\)/.exec(docker)
+    expect(make, 'the Docker section shows how to make AGENTD_SECRET_KEY').not.toBeNull()
+    expect(parseSecretKey(crypto.randomBytes(Number(make![1])).toString('base64'))).toBeInstanceOf(Buffer)
+    expect(docker).toContain('409 secrets-unavailable')
+    // the embedded database of the image: its data directory and the key files the server writes there
+    const dataDir = envOf(stagesOf(parseDockerfile(read('Dockerfile'))).at(-1)!).AGENTD_DATA_DIR!
+    expect(docker).toContain(`\`${path.posix.join(dataDir, API_KEY_FILE)}\``)
+    expect(docker).toContain(`\`${path.posix.join(dataDir, 'secret-key')}\``)
+    expect(docker).toMatch(/`docker logs [^`]+`/)
   })
 
   it('uses only routes the server has in its curl examples', () => {
