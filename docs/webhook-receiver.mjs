@@ -2,7 +2,9 @@
 // signature against the raw body, refuses stale timestamps, drops repeats by webhook-id (delivery is at
 // least once) and answers 204 at once; the work happens after the answer.
 //
-//   WEBHOOK_SECRET=whsec_… node docs/webhook-receiver.mjs   # listens on 127.0.0.1:9090
+//   WEBHOOK_SECRET=whsec_… WEBHOOK_PORT=9090 node docs/webhook-receiver.mjs
+//
+// It listens on 127.0.0.1 at WEBHOOK_PORT (default 9090; 0 picks a free port) and prints the address.
 
 import crypto from 'node:crypto'
 import http from 'node:http'
@@ -36,5 +38,16 @@ export function createReceiver(secret, onEvent) {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  createReceiver(process.env.WEBHOOK_SECRET ?? '', (p) => console.log(p.type, JSON.stringify(p.data))).listen(9090, '127.0.0.1')
+  const secret = process.env.WEBHOOK_SECRET
+  const port = Number(process.env.WEBHOOK_PORT ?? 9090)
+  if (!secret) {
+    console.error('webhook-receiver: set WEBHOOK_SECRET to the secret that POST /v1/webhooks answered')
+    process.exit(2)
+  }
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    console.error(`webhook-receiver: WEBHOOK_PORT must be a port number, got ${JSON.stringify(process.env.WEBHOOK_PORT)}`)
+    process.exit(2)
+  }
+  const server = createReceiver(secret, (p) => console.log(p.type, JSON.stringify(p.data)))
+  server.listen(port, '127.0.0.1', () => console.log(`webhook-receiver: listening on http://127.0.0.1:${server.address().port}`))
 }

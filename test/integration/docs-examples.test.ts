@@ -1,8 +1,9 @@
 // What the documentation shows works on a real server, on PostgreSQL and PGlite: the example plugins of
 // docs/examples do what docs/plugins.md says, every live frame a stream sends is one docs/api.md
 // documents, GET /metrics serves exactly the agentd metrics docs/operations.md lists, and the webhook
-// receiver example verifies what the server sends.
+// receiver example verifies what the server sends, as a module and run as its comment says.
 
+import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -13,6 +14,7 @@ import { renderApiDoc } from '../../scripts/docs.js'
 import { openSse, startTestApp, type SseFrame, type TestApp } from '../helpers/app.js'
 import { DB_KINDS } from '../helpers/db.js'
 import { until } from '../helpers/wait.js'
+import { freePort } from '../e2e/helpers-processes.js'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const EXAMPLES = ['house-rules', 'calculator', 'alerts'].map((n) => path.join(ROOT, 'docs/examples', `${n}.mjs`))
@@ -151,6 +153,29 @@ describe.each(DB_KINDS)('the documentation on a real server (%s)', (kind) => {
       await t.api('DELETE', `/v1/webhooks/${hook.body.id}`)
     } finally {
       await new Promise<void>((r) => server.close(() => r()))
+    }
+  })
+
+  it('webhook-receiver, run as its comment says: listens on WEBHOOK_PORT and prints each delivery it verified', async () => {
+    const port = await freePort()
+    const hook = await t.api('POST', '/v1/webhooks', { url: `http://127.0.0.1:${port}/hook`, events: ['turn.completed'] })
+    expect(hook.status).toBe(201)
+    const child = spawn(process.execPath, [path.join(ROOT, 'docs/webhook-receiver.mjs')], { env: { PATH: process.env.PATH, WEBHOOK_SECRET: hook.body.secret, WEBHOOK_PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] })
+    let out = ''
+    child.stdout.on('data', (c) => (out += c))
+    child.stderr.on('data', (c) => (out += c))
+    try {
+      await until('the receiver to listen', () => out.includes(`webhook-receiver: listening on http://127.0.0.1:${port}\n`))
+      const s = await t.createSession()
+      t.models.script(s.id, { text: ['fine'] })
+      await followup(s.id, 'hi')
+      const end = await turnEnd(s.id, 1)
+      await until('the receiver to print the delivery', () => out.includes('turn.completed '))
+      const printed = out.split('\n').find((l) => l.startsWith('turn.completed '))!
+      expect(JSON.parse(printed.slice('turn.completed '.length))).toMatchObject({ sessionId: s.id, turn: 1, seq: end.seq })
+    } finally {
+      child.kill('SIGTERM')
+      await t.api('DELETE', `/v1/webhooks/${hook.body.id}`)
     }
   })
 
