@@ -128,7 +128,7 @@ describe('agentd-chat in a terminal', () => {
 
     // the tool session, opened by id: a running turn, then /cancel
     const held = gate()
-    t.models.script(tooling.id, { text: ['counting ', 'one ', 'two\nthree ', 'four'], holdAfter: 2, gate: held.promise, hang: true })
+    t.models.script(tooling.id, { text: ['counting ', 'one ', 'two\nthree four'], holdAfter: 2, gate: held.promise, hang: true })
     type(`npx agentd-chat --session ${tooling.id}`)
     await seen(`session ${tooling.id} (test/scripted) "tooling"`)
     type('count slowly')
