@@ -5,8 +5,8 @@
 #   docker run -p 127.0.0.1:8080:8080 -v agentd-data:/data agentd           (embedded database in /data)
 #   docker run -p 127.0.0.1:8080:8080 -e DATABASE_URL=postgres://… agentd    (PostgreSQL)
 #
-# Node 24 is an LTS line supported until April 2028 (Node 20, which the code also runs on, reached its
-# end of life in April 2026). Both stages use the same image, so what was built is what runs.
+# Node 24 is an LTS line supported until April 2028 (Node 20 reached its end of life in April 2026;
+# agentd refuses to start on it). Both stages use the same image, so what was built is what runs.
 
 # ---- build: TypeScript → dist/ ----
 FROM node:24-bookworm-slim AS build
