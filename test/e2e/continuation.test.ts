@@ -118,6 +118,34 @@ describe.each(DB_KINDS)('SPEC §19 crash continuation across kill -9 on %s', (ki
     expectValidLog(log)
   }, 120000)
 
+  it('the first continuation opens right after session/end-seed, with no wait; only the second in a row waits for the backoff', async () => {
+    const s = await c.create()
+    const hang = { chunks: ['partial'], hang: true }
+    a.llm.script(s.marker, hang, hang, { chunks: ['answered at last'] })
+    await c.followup(s.id, 'this work crashes the server twice')
+    await a.llm.waitForRequest(s.marker, 1, 30000)
+    await crash()
+    await a.llm.waitForRequest(s.marker, 2, 30000)
+    await crash()
+    const log = await c.waitForTurnEnd(s.id, 3)
+    expect(turnStarts(log)).toEqual([{ turn: 1 }, { turn: 2, continues: 1 }, { turn: 3, continues: 2 }])
+    expect(turnEndOf(log, 3).data.reason).toEqual({ kind: 'completed' })
+    // in the log, each continuation's turn/start is the event right after its repair's session/end-seed
+    const gaps = [1, 2].map((t) => {
+      const end = log.indexOf(turnEndOf(log, t))
+      expect(log.slice(end, end + 3).map((e) => [e.type, e.data])).toEqual([
+        ['turn/end', { turn: t, reason: { kind: 'interrupted' } }],
+        ['session/end-seed', {}],
+        ['turn/start', { turn: t + 1, continues: t }],
+      ])
+      return log[end + 2].time - log[end + 1].time
+    })
+    // the second continuation of the chain waits the backoff (1 s, the first one's wait before); the
+    // first does not wait: its gap is a small fraction of the second's, measured in this same run
+    expect(gaps[0] * 3, `end-seed to turn/start: ${gaps.join(' ms, ')} ms`).toBeLessThan(gaps[1])
+    expectValidLog(log)
+  }, 120000)
+
   it('kill during an http tool: TOOL_OUTCOME_UNKNOWN, then the continuation; the server does not run the tool again', async () => {
     const key = `cont-tool-${kind}-${Date.now()}`
     const s = await c.create({ tools: [httpTool(tools, 'slow', 'hold', key)] })
