@@ -42,13 +42,16 @@ function pendingCard(v, c) {
   return card
 }
 
-/** Reloads the pending calls of the open view `v`; a card being filled in is kept as it is. */
+/**
+ * Reloads the pending calls of the open view `v`; a card being filled in is kept as it is. A card is
+ * a call waiting for one thing: an allowed client call with approval comes back as a new card.
+ */
 export async function refreshPending(v) {
   const r = await latest(v, 'pending', $('view-error'), (api) => api.pending(v.id))
   if (!r.ok) return
   const box = $('pending')
-  const old = new Map([...box.querySelectorAll('.pending-call')].map((el) => [el.dataset.callId, el]))
-  const cards = (r.value.toolCalls ?? []).map((c) => old.get(c.callId) ?? pendingCard(v, c))
+  const old = new Map([...box.querySelectorAll('.pending-call')].map((el) => [`${el.dataset.kind}:${el.dataset.callId}`, el]))
+  const cards = (r.value.toolCalls ?? []).map((c) => old.get(`${c.kind}:${c.callId}`) ?? pendingCard(v, c))
   box.replaceChildren(...(cards.length ? cards : [h('p', { class: 'muted small', text: 'none' })]))
   $('pending-panel').toggleAttribute('data-empty', cards.length === 0)
 }

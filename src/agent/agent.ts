@@ -271,8 +271,8 @@ export class Agent implements Loop {
   /** A durable wake request found by the lease holder (doorbell, attach). */
   async wakeDurable(): Promise<void> {
     if (this.disposed) return
-    // SPEC §19.3: an owed continuation opens after a short backoff (continuationDelayMs); a delivery
-    // through a handle wakes at once, and the continuation still comes first
+    // SPEC §19.3: an owed continuation opens at once, or after a backoff once a crash loop has eaten
+    // one (continuationDelayMs); a delivery through a handle wakes at once, and the continuation still comes first
     const wait = this.continuation ? this.continuationAt - Date.now() : 0
     if (wait > 0) {
       if (!this.continuationTimer) {

@@ -92,13 +92,14 @@ export function decideContinuation(duty: ContinuationDuty, o: { limit: number; c
 }
 
 /**
- * How long after attach an owed continuation waits before it opens without new input: a backoff
- * that doubles with every continuation the crash loop already ate (1 s, 2 s, 4 s, … at most 10 s),
- * so a crash the work itself causes does not hammer every process at once, and watchers see the
- * repair settle before the continuation starts. `limit` is AGENTD_CONTINUE_AFTER_CRASH.
+ * How long after attach an owed continuation waits before it opens without new input. The first
+ * continuation of a crash opens at once, right after the repair's closers (SPEC §19.3 sets no
+ * delay); from the second in a row (the continuation before it crashed too, unanswered) a backoff
+ * that doubles (1 s, 2 s, 4 s, … at most 10 s), so a crash the work itself causes does not hammer
+ * every process at once. `limit` is AGENTD_CONTINUE_AFTER_CRASH.
  */
 export function continuationDelayMs(duty: ContinuationDuty, limit: number): number {
   // a duty that will be declined (continuation off, the crash-loop limit reached) waits for nothing
-  if (limit <= 0 || duty.failedContinuations >= limit) return 0
-  return Math.min(10_000, 1000 * 2 ** Math.min(duty.failedContinuations, 4))
+  if (limit <= 0 || duty.failedContinuations >= limit || duty.failedContinuations === 0) return 0
+  return Math.min(10_000, 1000 * 2 ** Math.min(duty.failedContinuations - 1, 4))
 }

@@ -1,7 +1,7 @@
 // The effects of tool execution that only the driver writes (SPEC §11.5–§11.8, §18.10): tool/call
-// with a client call's pending row, an approval's pending row, the wait for an answer, the
-// tool/result with its contexts queued in next-step, and the closing of calls never started. The
-// pipeline that decides them is tools/pipeline.ts.
+// with the pending row of its first wait, the rows of later waits (an approval, then the client's
+// result), the wait for an answer, the tool/result with its contexts queued in next-step, and the
+// closing of calls never started. The pipeline that decides them is tools/pipeline.ts.
 
 import { planSplice, type AssistantMessage, type Json, type ToolCallBlock } from '../session/index.js'
 import { callKind, planToolCalls, runToolCalls, toolResultDraft, type CallKind, type ToolEffects, type ToolEnv, type ToolSpec } from '../tools/index.js'
@@ -34,7 +34,7 @@ export function addFirstCall(tc: TurnContext, u: UnitBuilder, message: Assistant
   return { callId: plan.callId, seq: addCall(tc, u, plan, kind), kind }
 }
 
-/** What follows a committed tool/call: its pending row is open. */
+/** What follows a committed tool/call: the pending row callKind gave it is open. */
 export function callCommitted(tc: TurnContext, c: AppendedCall): void {
   if (c.kind.client) tc.loop.pending.opened(c.callId, 'client')
   else if (c.kind.approval) tc.loop.pending.opened(c.callId, 'approval')
@@ -94,14 +94,15 @@ function toolEffects(tc: TurnContext, appended: AppendedCall | undefined): ToolE
       callCommitted(tc, { callId: p.callId, seq: r.value, kind })
       return r.value
     },
-    async openApproval(p, callSeq) {
-      // it rode with the tool/call (callKind); a client call's row is re-opened as the approval
-      if (pending.rowKind(p.callId) === 'approval') return
+    async openPending(p, callSeq, kind) {
+      // it rode with the tool/call (callKind); an allowed approval's row is re-opened as the client's,
+      // and its delivery rides with it as with any call that becomes pending (API.md §14)
+      if (pending.rowKind(p.callId) === kind) return
       await tc.log.commit((u) => {
-        u.side({ kind: 'pending-insert', call: { callId: p.callId, kind: 'approval', name: p.name, arguments: p.rawArguments } })
-        u.side(requiresAction(turn, { seq: callSeq, time: Date.now() }, p, 'approval'))
+        u.side({ kind: 'pending-insert', call: { callId: p.callId, kind, name: p.name, arguments: p.rawArguments } })
+        u.side(requiresAction(turn, { seq: callSeq, time: Date.now() }, p, kind))
       })
-      pending.opened(p.callId, 'approval')
+      pending.opened(p.callId, kind)
     },
     waitAnswer: (callId, kind) => pending.wait(callId, kind, tc.signal),
     async commitResult(p, callSeq, { outcome, contexts }, last) {

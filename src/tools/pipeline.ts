@@ -75,8 +75,12 @@ export interface FinishedCall {
 export interface ToolEffects {
   /** SPEC §11.5 step 1: append tool/call; a pending row rides with it as callKind says (§18.10) */
   appendCall(plan: ToolCallPlan, opts: CallKind): Promise<number>
-  /** an `ask`: write the approval's pending row (its tool/call is at `callSeq`), unless it rode with the tool/call */
-  openApproval(plan: ToolCallPlan, callSeq: number): Promise<void>
+  /**
+   * the call starts waiting (its tool/call is at `callSeq`): an `ask` for the approver, or a client
+   * call's execution for its result. Writes the call's pending row as `kind` (re-opening one an
+   * earlier phase left) with its session.requires_action delivery, unless the row is open as `kind`
+   */
+  openPending(plan: ToolCallPlan, callSeq: number, kind: 'client' | 'approval'): Promise<void>
   /** the answer to a pending call, or undefined once the turn is cancelled */
   waitAnswer(callId: string, kind: 'client' | 'approval'): Promise<unknown>
   /** SPEC §11.6: append tool/result and queue its contexts in next-step; `last` as in ToolHost.commit */
@@ -105,7 +109,7 @@ export async function runToolCalls(calls: readonly ToolCallBlock[], env: ToolEnv
     isParallel: (p) => isParallel(env, p),
     appendCall: (p) => fx.appendCall(p, callKind(env, p)),
     prepare: (p, callSeq) => prepareCall(env, fx, p, callSeq),
-    execute: (p) => timed(env, p, () => executeCall(env, fx, p)),
+    execute: (p, callSeq) => timed(env, p, () => executeCall(env, fx, p, callSeq)),
     notRun: (_p, decision) => notRun(decision),
     commit: async (p, callSeq, outcome, last) => {
       const finished = await finishCall(env, p, outcome)
@@ -118,22 +122,24 @@ export async function runToolCalls(calls: readonly ToolCallBlock[], env: ToolEnv
 
 const specOf = (env: { specs: readonly ToolSpec[] }, name: string) => env.specs.find((t) => t.name === name)
 
-/** Which pending row a call's tool/call carries (SPEC §18.10). */
+/**
+ * Which pending row a call's tool/call carries (SPEC §18.10): the row of the call's first wait, when
+ * the prepare's answer is certain before tools/pre-execute runs (no listener that could decide
+ * otherwise), so the call is pending as soon as it is visible. Otherwise the row is written when the
+ * wait begins (openPending), and a client is never asked before its call was allowed (SPEC §11.5).
+ */
 export interface CallKind {
-  /** a client call waits on its row from the tool/call on */
+  /** a client call without approval: the prepare allows, and its execution waits on this row */
   client: boolean
-  /**
-   * an approval whose `ask` is certain before tools/pre-execute runs (approval 'always' and no
-   * listener that could decide otherwise): its row rides with the tool/call, so the call is pending
-   * as soon as it is visible
-   */
+  /** approval 'always' (a client call's too): the prepare asks, and waits on this row */
   approval: boolean
 }
 
 export function callKind(env: Pick<ToolEnv, 'specs' | 'hooks'>, p: { name: string }): CallKind {
   const spec = specOf(env, p.name)
-  const client = spec?.execution.type === 'client'
-  return { client, approval: !client && spec?.approval === 'always' && env.hooks.count?.('tools/pre-execute') === 0 }
+  if (env.hooks.count?.('tools/pre-execute') !== 0) return { client: false, approval: false }
+  const approval = spec?.approval === 'always'
+  return { client: !approval && spec?.execution.type === 'client', approval }
 }
 
 /** What kind of tool a call runs, for metrics: its execution type, `unknown` for a name no spec has. */
@@ -163,7 +169,7 @@ export function isParallel(env: Pick<ToolEnv, 'specs' | 'registry'>, p: ToolCall
 }
 
 /** tools/pre-execute (allow / deny / ask); `ask` waits for the approval route (SPEC §11.5). */
-export async function prepareCall(env: ToolEnv, fx: Pick<ToolEffects, 'openApproval' | 'waitAnswer'>, p: ToolCallPlan, callSeq: number): Promise<PrepareDecision> {
+export async function prepareCall(env: ToolEnv, fx: Pick<ToolEffects, 'openPending' | 'waitAnswer'>, p: ToolCallPlan, callSeq: number): Promise<PrepareDecision> {
   const spec = specOf(env, p.name)
   let d: { kind?: string; reason?: string } | undefined
   try {
@@ -174,7 +180,7 @@ export async function prepareCall(env: ToolEnv, fx: Pick<ToolEffects, 'openAppro
   if (d?.kind === 'allow') return { kind: 'allow' }
   if (d?.kind === 'deny') return { kind: 'deny', reason: typeof d.reason === 'string' && d.reason ? d.reason : 'denied by policy' }
   if (d?.kind !== 'ask') return { kind: 'deny', reason: 'the tool policy gave no decision' }
-  await fx.openApproval(p, callSeq)
+  await fx.openPending(p, callSeq, 'approval')
   const answer = (await fx.waitAnswer(p.callId, 'approval')) as { decision?: string; reason?: string } | undefined
   if (!answer) return { kind: 'deny', reason: 'the turn was cancelled before an approver answered' }
   if (answer.decision === 'allow') return { kind: 'allow' }
@@ -187,9 +193,9 @@ export function notRun(decision: Exclude<PrepareDecision, { kind: 'allow' }>): T
 }
 
 /** tools/execute around the body; failures become results (SPEC §11.7). */
-export async function executeCall(env: ToolEnv, fx: Pick<ToolEffects, 'waitAnswer'>, p: ToolCallPlan): Promise<ToolOutcome> {
+export async function executeCall(env: ToolEnv, fx: Pick<ToolEffects, 'openPending' | 'waitAnswer'>, p: ToolCallPlan, callSeq: number): Promise<ToolOutcome> {
   try {
-    const out = await env.hooks.runWaterfall<unknown>('tools/execute', { call: callView(p), agent: env.handle(), signal: env.signal }, () => runBody(env, fx, p), { bind: env.bind })
+    const out = await env.hooks.runWaterfall<unknown>('tools/execute', { call: callView(p), agent: env.handle(), signal: env.signal }, () => runBody(env, fx, p, callSeq), { bind: env.bind })
     return toOutcome(out)
   } catch (e) {
     if (env.signal.aborted && (e as Error)?.name === 'AbortError') return errorResult('TOOL_ABORTED', 'tool call aborted', 'AbortError')
@@ -198,7 +204,7 @@ export async function executeCall(env: ToolEnv, fx: Pick<ToolEffects, 'waitAnswe
 }
 
 /** The body by the spec's execution type: POST to the URL, wait for the client, or the registered builtin. */
-async function runBody(env: ToolEnv, fx: Pick<ToolEffects, 'waitAnswer'>, p: ToolCallPlan): Promise<ToolOutcome> {
+async function runBody(env: ToolEnv, fx: Pick<ToolEffects, 'openPending' | 'waitAnswer'>, p: ToolCallPlan, callSeq: number): Promise<ToolOutcome> {
   const spec = specOf(env, p.name)
   if (!spec) return errorResult('UNKNOWN_TOOL', `unknown tool ${p.name}`)
   const ex = spec.execution
@@ -218,6 +224,10 @@ async function runBody(env: ToolEnv, fx: Pick<ToolEffects, 'waitAnswer'>, p: Too
     return env.mcp.call(ex.server!, ex.tool!, p.arguments, env.signal, ex.timeoutMs)
   }
   if (ex.type === 'client') {
+    // the execution of a client call is the wait for its result: the client is asked only now that
+    // the prepare allowed it (an approval's row becomes the client's), and not once the turn is cancelled
+    if (env.signal.aborted) return errorResult('TOOL_ABORTED', 'tool call aborted', 'AbortError')
+    await fx.openPending(p, callSeq, 'client')
     const answer = (await fx.waitAnswer(p.callId, 'client')) as { content?: ContentBlock[]; isError?: boolean } | undefined
     if (!answer) return errorResult('TOOL_ABORTED', 'tool call aborted', 'AbortError')
     return { content: answer.content ?? [], isError: answer.isError === true }

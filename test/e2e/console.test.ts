@@ -711,6 +711,41 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
     await page.context().close()
   }, 60000)
 
+  it("a client tool with approval 'always': Allow on its approval card, then the same call comes back as a client card that sends the result", async () => {
+    const s = await t.createSession({
+      system: 'tools',
+      tools: [{ name: 'ask_user', description: 'Asks the user', parameters: { type: 'object', properties: { question: { type: 'string' } } }, execution: { type: 'client' }, approval: 'always' }],
+    })
+    t.models.script(s.id, { toolCalls: [{ id: 'call_ask', name: 'ask_user', arguments: { question: 'Favourite colour?' } }] }, { text: ['Your favourite colour is green.'] })
+    const page = await newPage()
+    explainOnFailure(page, () => s.id)
+    await openConsole(page)
+    await pickSession(page, `.session-item[data-id="${s.id}"]`)
+    await expect.poll(() => page.textContent('#conn-text'), WAIT).toBe('live')
+    await page.fill('#composer-input', 'Ask me my favourite colour.')
+    await page.click('#btn-followup')
+
+    const approval = page.locator('#pending .pending-call[data-kind="approval"][data-call-id="call_ask"]')
+    await approval.waitFor(WAIT)
+    expect(await page.$$eval('#pending .pending-call[data-kind="client"]', (els) => els.length)).toBe(0)
+    await approval.locator('button', { hasText: 'Allow' }).click()
+    const client = page.locator('#pending .pending-call[data-kind="client"][data-call-id="call_ask"]')
+    await client.waitFor(WAIT)
+    await expect.poll(() => page.$$eval('#pending .pending-call', (els) => els.map((el) => el.getAttribute('data-kind'))), WAIT).toEqual(['client'])
+    expect(await client.locator('pre').textContent()).toContain('Favourite colour?')
+    await client.locator('textarea').fill('green')
+    await client.locator('button', { hasText: 'Send result' }).click()
+
+    await expect.poll(() => badge(page), WAIT).toBe('idle')
+    await expect.poll(() => texts(page, '#transcript .tool .tool-result'), WAIT).toEqual(['green'])
+    await expect.poll(() => page.$$eval('#pending .pending-call', (els) => els.length), WAIT).toBe(0)
+    const log = await t.waitIdle(s.id)
+    expectValidLog(log)
+    expect(log.filter((e) => e.type === 'tool/result').map((e) => (e.data as any).message.content[0].content)).toEqual([[{ type: 'text', text: 'green' }]])
+    expect(pageErrors).toEqual([])
+    await page.context().close()
+  }, 60000)
+
   it('the session list pages with Load more; after a dropped stream the SDK resumes with Last-Event-ID and a replayed backlog shows nothing twice', async () => {
     for (let i = 0; i < 32; i++) await t.createSession({ metadata: { filler: i } })
     const s = await t.createSession()

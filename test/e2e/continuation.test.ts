@@ -118,6 +118,34 @@ describe.each(DB_KINDS)('SPEC §19 crash continuation across kill -9 on %s', (ki
     expectValidLog(log)
   }, 120000)
 
+  it('the first continuation opens right after session/end-seed, with no wait; only the second in a row waits for the backoff', async () => {
+    const s = await c.create()
+    const hang = { chunks: ['partial'], hang: true }
+    a.llm.script(s.marker, hang, hang, { chunks: ['answered at last'] })
+    await c.followup(s.id, 'this work crashes the server twice')
+    await a.llm.waitForRequest(s.marker, 1, 30000)
+    await crash()
+    await a.llm.waitForRequest(s.marker, 2, 30000)
+    await crash()
+    const log = await c.waitForTurnEnd(s.id, 3)
+    expect(turnStarts(log)).toEqual([{ turn: 1 }, { turn: 2, continues: 1 }, { turn: 3, continues: 2 }])
+    expect(turnEndOf(log, 3).data.reason).toEqual({ kind: 'completed' })
+    // in the log, each continuation's turn/start is the event right after its repair's session/end-seed
+    const gaps = [1, 2].map((t) => {
+      const end = log.indexOf(turnEndOf(log, t))
+      expect(log.slice(end, end + 3).map((e) => [e.type, e.data])).toEqual([
+        ['turn/end', { turn: t, reason: { kind: 'interrupted' } }],
+        ['session/end-seed', {}],
+        ['turn/start', { turn: t + 1, continues: t }],
+      ])
+      return log[end + 2].time - log[end + 1].time
+    })
+    // the second continuation of the chain waits the backoff (1 s, the first one's wait before); the
+    // first does not wait: its gap is a small fraction of the second's, measured in this same run
+    expect(gaps[0] * 3, `end-seed to turn/start: ${gaps.join(' ms, ')} ms`).toBeLessThan(gaps[1])
+    expectValidLog(log)
+  }, 120000)
+
   it('kill during an http tool: TOOL_OUTCOME_UNKNOWN, then the continuation; the server does not run the tool again', async () => {
     const key = `cont-tool-${kind}-${Date.now()}`
     const s = await c.create({ tools: [httpTool(tools, 'slow', 'hold', key)] })
@@ -203,6 +231,55 @@ describe.each(DB_KINDS)('SPEC §19 crash continuation across kill -9 on %s', (ki
     expect(tr2.data.error).toBeUndefined()
     expect(turnEndOf(log, 2).data.reason).toEqual({ kind: 'completed' })
     expect(await pending()).toEqual([])
+    expectValidLog(log)
+  }, 120000)
+
+  it("kill while a client call with approval 'always' waits, in each phase: repair closes the call (TOOL_OUTCOME_UNKNOWN) and its answers are refused; the continuation's new call goes approver, then client, and its result ends the turn", async () => {
+    const s = await c.create({ tools: [{ name: 'ask_user', description: 'asks the user', parameters: { type: 'object', properties: {} }, execution: { type: 'client' }, approval: 'always' }] })
+    const ask = (id: string) => ({ toolCalls: [{ id, name: 'ask_user', arguments: {} }] })
+    a.llm.script(s.marker, ask('call_c1'), ask('call_c2'), ask('call_c3'), { chunks: ['the user said blue'] })
+    await c.followup(s.id, 'ask the user, with approval')
+    const pending = async () => ((await c.call('GET', `/v1/sessions/${s.id}/pending`)).body?.toolCalls ?? []).map((x: any) => `${x.callId}:${x.kind}`)
+    const until = async (want: string[]) => {
+      const deadline = Date.now() + 30000
+      for (;;) {
+        const p = await pending().catch(() => [])
+        if (JSON.stringify(p) === JSON.stringify(want)) return
+        if (Date.now() > deadline) throw new Error(`pending is ${JSON.stringify(p)}, want ${JSON.stringify(want)}`)
+        await sleep(50)
+      }
+    }
+    const answer = (callId: string) => c.call('POST', `/v1/sessions/${s.id}/tool-results`, { callId, content: 'blue' })
+    const approve = (callId: string) => c.call('POST', `/v1/sessions/${s.id}/approvals/${callId}`, { decision: 'allow' })
+
+    // phase 1: the call waits for the approver when the process dies
+    await until(['call_c1:approval'])
+    await crash()
+    await until(['call_c2:approval'])
+    expect((await approve('call_c1')).status).toBe(409)
+    expect((await answer('call_c1')).status).toBe(409)
+    // phase 2: the continuation's call was allowed and waits for the client when the process dies
+    expect((await approve('call_c2')).status).toBe(202)
+    await until(['call_c2:client'])
+    await crash()
+    await until(['call_c3:approval'])
+    expect((await answer('call_c2')).status).toBe(409)
+    // the next continuation's call runs through both phases, and the client's result ends the turn
+    expect((await approve('call_c3')).status).toBe(202)
+    await until(['call_c3:client'])
+    expect((await answer('call_c3')).status).toBe(202)
+    const log = await c.waitForTurnEnd(s.id, 3)
+    expect(turnStarts(log)).toEqual([{ turn: 1 }, { turn: 2, continues: 1 }, { turn: 3, continues: 2 }])
+    expect(log.filter((e) => e.type === 'turn/end').map((e) => e.data.reason.kind)).toEqual(['interrupted', 'interrupted', 'completed'])
+    const results = log.filter((e) => e.type === 'tool/result').map((e) => [e.data.message.content[0].toolCallId, e.data.error?.code ?? e.data.message.content[0].content.map((b: any) => b.text).join('')])
+    expect(results).toEqual([
+      ['call_c1', 'TOOL_OUTCOME_UNKNOWN'],
+      ['call_c2', 'TOOL_OUTCOME_UNKNOWN'],
+      ['call_c3', 'blue'],
+    ])
+    expect(inTurn(log, 3).filter((e) => e.type === 'assistant/message').map(textOf).at(-1)).toBe('the user said blue')
+    expect(await pending()).toEqual([])
+    expect(userMessages(log)).toHaveLength(1)
     expectValidLog(log)
   }, 120000)
 

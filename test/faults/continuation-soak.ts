@@ -4,7 +4,10 @@
 // every 1–4 s until the kill budget is spent. Then, with every process up and the traffic stopped:
 // every accepted input is admitted exactly once and answered (its turn, or a continuation of it, ends
 // completed) unless the crash-loop limit stopped that chain (counted apart); every log passes the §15
-// checker (with §19.7); every watcher saw each seq once and in order.
+// checker (with §19.7); every watcher saw each seq once and in order. It measures each takeover:
+// from the kill of the process that drove an open turn to that turn's repair (session/end-seed) and to
+// its continuation's turn/start, and counts the chains the crash-loop limit stopped and the inputs
+// they consumed that the model never saw.
 //
 // Long: not part of `npm test`. Run it on its own:
 //   npx tsx test/faults/continuation-soak.ts [--kills 200] [--processes 3] [--sessions 12] [--seed N]
@@ -267,7 +270,12 @@ async function main(): Promise<void> {
       }
     })
 
-    // the killer: a random live process every 1–4 s (one at least stays up), started again at once
+    // the killer: a random live process every 1–4 s (one at least stays up), started again at once.
+    // Right before a kill, the open turns that process drives (its pid is in the lease owner) are
+    // noted with the time of the kill: the takeovers to measure.
+    const probe = new pg.Pool({ connectionString: dbUrl, max: 1 })
+    probe.on('error', () => {})
+    const killed: Array<{ id: string; turn: number; at: number }> = []
     let kills = 0
     const restarts: Promise<void>[] = []
     const t0 = Date.now()
@@ -276,7 +284,10 @@ async function main(): Promise<void> {
       const l = live()
       if (l.length < 2) continue
       const i = l[Math.floor(rand() * l.length)]
+      const held = await probe.query<{ id: string; open_turn: number }>('SELECT id, open_turn FROM sessions WHERE lease_owner LIKE $1 AND open_turn IS NOT NULL', [`%:${procs[i].child.pid}:%`]).catch(() => ({ rows: [] }))
       procs[i].child.kill('SIGKILL')
+      const at = Date.now()
+      for (const r of held.rows) killed.push({ id: r.id, turn: r.open_turn, at })
       kills++
       if (kills % 20 === 0) process.stderr.write(`soak: ${kills}/${args.kills} kills, ${acceptedTotal} inputs accepted, ${Math.round((Date.now() - t0) / 1000)} s\n`)
       const p = procs[i]
@@ -286,6 +297,7 @@ async function main(): Promise<void> {
     await Promise.all(senders)
     await Promise.all(restarts)
     for (let i = 0; i < args.processes; i++) if (!procs[i].ready) await start(i)
+    await probe.end()
     process.stderr.write(`soak: kills done after ${Math.round((Date.now() - t0) / 1000)} s; waiting for every session to settle\n`)
 
     // quiescence: every session idle with nothing queued and nothing open. The queues the kills left
@@ -311,7 +323,37 @@ async function main(): Promise<void> {
     process.stderr.write(`soak: settled after ${Math.round((Date.now() - t0) / 1000)} s\n`)
 
     // the checks
-    const sum = { kills, processes: args.processes, sessions: args.sessions, accepted: 0, admittedOnce: 0, answered: 0, crashLoopStopped: 0, notAdmitted: 0, admittedTwice: 0, lostAccepted: 0, unanswered: 0, turns: 0, interruptedTurns: 0, continuations: 0, crashLoops: 0, invariantViolations: 0, watcherAnomalies: 0, watcherReconnects: 0, modelRequests: 0 }
+    const sum = {
+      kills,
+      processes: args.processes,
+      sessions: args.sessions,
+      accepted: 0,
+      admittedOnce: 0,
+      answered: 0,
+      crashLoopStopped: 0,
+      consumedUnseen: 0,
+      notAdmitted: 0,
+      admittedTwice: 0,
+      lostAccepted: 0,
+      unanswered: 0,
+      turns: 0,
+      interruptedTurns: 0,
+      continuations: 0,
+      crashLoops: 0,
+      chainsStoppedByLimit: 0,
+      takeovers: 0,
+      takeoversContinued: 0,
+      repairP50Ms: 0,
+      repairP99Ms: 0,
+      takeoverP50Ms: 0,
+      takeoverP99Ms: 0,
+      invariantViolations: 0,
+      watcherAnomalies: 0,
+      watcherReconnects: 0,
+      modelRequests: 0,
+    }
+    const repairMs: number[] = []
+    const takeoverMs: number[] = []
     const problems: string[] = []
     if (unsettled) problems.push(`${unsettled} sessions stopped making progress with work left`)
     for (const s of sessions) {
@@ -332,6 +374,10 @@ async function main(): Promise<void> {
       const admittedIn = new Map<string, number[]>()
       const endOf = new Map<number, string>()
       const continuedBy = new Map<number, number>()
+      const continuesOf = new Map<number, number>()
+      const startTime = new Map<number, number>()
+      const seedTime = new Map<number, number>()
+      let repaired: number | null = null
       const inbox: Record<string, Array<{ id: string }>> = { 'next-turn': [], 'next-step': [] }
       const acceptedInLog = new Set<string>()
       let open: number | null = null
@@ -340,14 +386,20 @@ async function main(): Promise<void> {
         if (e.type === 'turn/start') {
           open = d.turn
           sum.turns++
+          startTime.set(d.turn, e.time)
           if (d.continues !== undefined) {
             continuedBy.set(d.continues, d.turn)
+            continuesOf.set(d.turn, d.continues)
             sum.continuations++
           }
         } else if (e.type === 'turn/end') {
           endOf.set(d.turn, d.reason.kind)
           if (d.reason.kind === 'interrupted') sum.interruptedTurns++
+          repaired = d.reason.kind === 'interrupted' ? d.turn : null
           open = null
+        } else if (e.type === 'session/end-seed') {
+          if (repaired !== null) seedTime.set(repaired, e.time)
+          repaired = null
         } else if (e.type === 'agent/inbox/spliced') {
           const removed = inbox[d.target].splice(d.start, d.removedCount ?? 0)
           if (!d.outcome && open !== null) for (const m of removed) claimedBy.set(m.id, open)
@@ -367,7 +419,22 @@ async function main(): Promise<void> {
         }
         return { turn: t, length: n }
       }
-      for (const [t, reason] of endOf) if (reason === 'interrupted' && !continuedBy.has(t)) sum.crashLoops++
+      // an interrupted turn left without continuation; the limit's doing when it ends a chain of
+      // AGENTD_CONTINUE_AFTER_CRASH (2) continuations, each crashed unanswered (SPEC §19.5)
+      const depth = (t: number): number => (continuesOf.has(t) ? 1 + depth(continuesOf.get(t)!) : 0)
+      for (const [t, reason] of endOf)
+        if (reason === 'interrupted' && !continuedBy.has(t)) {
+          sum.crashLoops++
+          if (depth(t) >= 2) sum.chainsStoppedByLimit++
+        }
+      // the takeovers of turns a kill left open: to the repair, and to the continuation's turn/start
+      for (const k of killed)
+        if (k.id === s.id && endOf.get(k.turn) === 'interrupted') {
+          sum.takeovers++
+          if (seedTime.has(k.turn)) repairMs.push(seedTime.get(k.turn)! - k.at)
+          const next = continuedBy.get(k.turn)
+          if (next !== undefined) takeoverMs.push(startTime.get(next)! - k.at)
+        }
       for (const id of acceptedInLog) {
         sum.accepted++
         const adm = admittedIn.get(id) ?? []
@@ -381,8 +448,11 @@ async function main(): Promise<void> {
         }
         if (adm.length === 1) sum.admittedOnce++
         if (adm.length === 0) {
-          if (stoppedByLoop) sum.crashLoopStopped++
-          else {
+          if (stoppedByLoop) {
+            // claimed by the chain and never given to the model
+            sum.crashLoopStopped++
+            sum.consumedUnseen++
+          } else {
             sum.notAdmitted++
             problems.push(`${s.id}: ${id} (claimed by turn ${by}, chain ending ${end?.turn} ${endReason}) never admitted`)
           }
@@ -414,6 +484,12 @@ async function main(): Promise<void> {
     await Promise.race([Promise.all(watchers), sleep(5000)])
     await pool.end()
 
+    const pct = (xs: number[], p: number) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil((p / 100) * xs.length) - 1)] : 0)
+    sum.takeoversContinued = takeoverMs.length
+    sum.repairP50Ms = pct(repairMs, 50)
+    sum.repairP99Ms = pct(repairMs, 99)
+    sum.takeoverP50Ms = pct(takeoverMs, 50)
+    sum.takeoverP99Ms = pct(takeoverMs, 99)
     const secs = Math.round((Date.now() - started) / 1000)
     console.log(`continuation soak, seed ${args.seed}, ${secs} s`)
     console.log(Object.entries(sum).map(([k, v]) => `  ${k.padEnd(22)} ${v}`).join('\n'))

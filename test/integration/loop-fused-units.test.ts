@@ -2,8 +2,9 @@
 //  - a step's step/start and its first admission, when no agent/request listener runs between them
 //    (a step that fails before admission writes its step/start with its step/end);
 //  - a settled assistant/message and its first tool/call (the scheduler starts the first call at once);
-//  - an approval-always call's tool/call and its pending row, when no tools/pre-execute listener
-//    could decide otherwise (the call is pending as soon as it is visible);
+//  - an approval-always call's tool/call and its pending row (a client call's too, whose row is
+//    re-opened for the client once allowed), and a client call's tool/call and its row, when no
+//    tools/pre-execute listener could decide otherwise (the call is pending as soon as it is visible);
 //  - the batch's last tool/result and its step's step/end (nothing runs after the last result);
 //  - a settled assistant/message without calls and its step's step/end (nothing runs between them);
 //  - a stopping step's step/end and the turn/end, when next-step is empty and no agent/turn-stopping
@@ -227,15 +228,74 @@ describe.each(DB_KINDS)('fused units (%s)', (kind) => {
     expect((await app.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [] })
   })
 
-  it("a client call with approval 'always' waits for the approver first: its client row is re-opened as the approval", async () => {
+  it("a client call with approval 'always' waits for the approver first: its approval row rides with its tool/call; once allowed, its row is re-opened for the client apart", async () => {
     const { app, s } = await untilToolCall(kind, { name: 'ask_user', execution: { type: 'client' }, approval: 'always' })
-    const pending = await pendingWhen(s.id, (b) => b.toolCalls[0]?.kind === 'approval')
-    expect(pending).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'approval', name: 'ask_user' }] })
+    // as soon as the tool/call is visible, the call is pending for the approver (not for the client)
+    expect((await app.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'approval', name: 'ask_user' }] })
+    const call = (await writes(app, s.id)).find((e) => e.type === 'tool/call')!
+    const rowOf = async () => (await app.app.db.query<{ kind: string; tx: string }>('SELECT p.kind, p.xmin::text AS tx FROM pending_calls p JOIN sessions s ON s.key = p.session_key WHERE s.id = $1', [s.id])).rows
+    expect(await rowOf()).toEqual([{ kind: 'approval', tx: call.tx }])
+    expect((await app.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'allow' })).status).toBe(202)
+    const pending = await pendingWhen(s.id, (b) => b.toolCalls[0]?.kind === 'client')
+    expect(pending).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'client', name: 'ask_user' }] })
+    const [row] = await rowOf()
+    expect(row.kind).toBe('client')
+    expect(row.tx).not.toBe(call.tx)
+    expect((await app.api('POST', `/v1/sessions/${s.id}/tool-results`, { callId: 'call_1', content: 'fine' })).status).toBe(202)
+    await app.waitIdle(s.id)
+    const log = (await app.events(s.id)) as Ev[]
+    expectValidLog(log)
+    expect(log.filter((e) => e.type === 'tool/result').map((e) => (e.data as any).message.content[0].content)).toEqual([[{ type: 'text', text: 'fine' }]])
+    expect((await app.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [] })
+  })
+
+  it('a client call without approval: its client row rides with its tool/call; a tools/pre-execute listener asks the client only after it allowed, apart', async () => {
+    const spec = { name: 'ask_user', execution: { type: 'client' } }
+    const rowTx = async (app: TestApp, id: string) => (await app.app.db.query<{ tx: string }>('SELECT p.xmin::text AS tx FROM pending_calls p JOIN sessions s ON s.key = p.session_key WHERE s.id = $1', [id])).rows.map((r) => r.tx)
+    {
+      const { app, s } = await untilToolCall(kind, spec)
+      expect((await app.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'client' }] })
+      expect(await rowTx(app, s.id)).toEqual([(await writes(app, s.id)).find((e) => e.type === 'tool/call')!.tx])
+      await app.close()
+      t = undefined
+    }
+    const seen: string[] = []
+    const policy = (root: Context) =>
+      root.plugin({
+        name: 'policy-probe',
+        apply(ctx: any) {
+          ctx.hooks.waterfall('tools/pre-execute', async (p: { call: { callId: string } }, next: () => Promise<unknown>) => {
+            seen.push(p.call.callId)
+            return next()
+          })
+        },
+      })
+    const { app, s } = await untilToolCall(kind, spec, [tools, policy])
+    const pending = await pendingWhen(s.id, (b) => b.toolCalls.length > 0)
+    expect(pending).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'client' }] })
+    expect(seen).toEqual(['call_1'])
+    const rows = await rowTx(app, s.id)
+    expect(rows).toHaveLength(1)
+    expect(rows[0]).not.toBe((await writes(app, s.id)).find((e) => e.type === 'tool/call')!.tx)
+    expect((await app.api('POST', `/v1/sessions/${s.id}/tool-results`, { callId: 'call_1', content: 'fine' })).status).toBe(202)
+    await app.waitIdle(s.id)
+    expectValidLog((await app.events(s.id)) as Ev[])
+  })
+
+  it("a client call with approval 'always', denied: TOOL_DENIED; from its tool/call on it was pending for the approver, not the client", async () => {
+    const { app, s } = await untilToolCall(kind, { name: 'ask_user', execution: { type: 'client' }, approval: 'always' })
+    expect((await app.api('GET', `/v1/sessions/${s.id}/pending`)).body).toMatchObject({ toolCalls: [{ callId: 'call_1', kind: 'approval', name: 'ask_user' }] })
+    // the row the tool/call wrote is the approver's (a client row re-opened later would carry another transaction)
+    const call = (await writes(app, s.id)).find((e) => e.type === 'tool/call')!
+    const row = await app.app.db.query<{ kind: string; tx: string }>('SELECT p.kind, p.xmin::text AS tx FROM pending_calls p JOIN sessions s ON s.key = p.session_key WHERE s.id = $1', [s.id])
+    expect(row.rows).toEqual([{ kind: 'approval', tx: call.tx }])
+    expect((await app.api('POST', `/v1/sessions/${s.id}/tool-results`, { callId: 'call_1', content: 'too early' })).status).toBe(409)
     expect((await app.api('POST', `/v1/sessions/${s.id}/approvals/call_1`, { decision: 'deny', reason: 'not now' })).status).toBe(202)
     await app.waitIdle(s.id)
     const log = (await app.events(s.id)) as Ev[]
     expectValidLog(log)
     expect(JSON.stringify(log.find((e) => e.type === 'tool/result')!.data)).toContain('TOOL_DENIED')
+    expect((await app.api('POST', `/v1/sessions/${s.id}/tool-results`, { callId: 'call_1', content: 'late' })).status).toBe(409)
   })
 
   it('a tools/pre-execute listener decides first: the approval row is written after it, apart from the tool/call', async () => {

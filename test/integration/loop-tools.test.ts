@@ -418,12 +418,17 @@ describe.each(DB_KINDS)('SPEC §16.7 tools on %s', (kind) => {
     expectValidLog(evs)
   })
 
-  it('client tools (API.md §7): pending right after tool/call, answered by POST tool-results; a second answer is 409', async () => {
+  it('client tools (API.md §7): pending once the tools/pre-execute listener allowed the call, answered by POST tool-results; a second answer is 409', async () => {
     const s = await t.createSession({ system: 'P', tools: [{ name: 'ask_user', description: 'asks', parameters: { type: 'object', properties: { q: { type: 'string' } } }, execution: { type: 'client' } }] })
     t.models.script(s.id, { toolCalls: [{ id: 'k1', name: 'ask_user', arguments: { q: 'colour?' } }] }, { text: ['thanks'] })
     await post(s.id, 'followup', { content: 'go' })
     await t.waitFor(s.id, (e) => e.type === 'tool/call')
-    const pending = await t.api('GET', `/v1/sessions/${s.id}/pending`)
+    // this app has a tools/pre-execute listener: the client is asked after it, not with the tool/call
+    const pending = await until('the client call to be pending', async () => {
+      const p = await t.api('GET', `/v1/sessions/${s.id}/pending`)
+      return p.body.toolCalls.length ? p : undefined
+    })
+    expect(probe.lines(s.id)).toContain('pre:k1')
     expect(pending.status).toBe(200)
     expect(pending.body).toEqual({ toolCalls: [{ callId: 'k1', name: 'ask_user', arguments: { q: 'colour?' }, rawArguments: '{"q":"colour?"}', kind: 'client' }] })
     const a = await post(s.id, 'tool-results', { callId: 'k1', content: 'blue' })
@@ -497,6 +502,73 @@ describe.each(DB_KINDS)('SPEC §16.7 tools on %s', (kind) => {
     expect(resultText(resultOf(evs, 'v1'))).toBe('ran')
     expect(d(resultOf(evs, 'v1')).error).toBeUndefined()
     expect(probe.lines(s.id)).toContain('start:guarded')
+    expectValidLog(evs)
+  })
+
+  const askUser = { name: 'ask_user', description: 'asks', parameters: { type: 'object', properties: { q: { type: 'string' } } }, execution: { type: 'client' }, approval: 'always' }
+  const pendingOf = async (id: string) => (await t.api('GET', `/v1/sessions/${id}/pending`)).body.toolCalls as Array<{ callId: string; kind: string }>
+
+  it('a client tool with approval "always" (API.md §4, §7): the approver first; once allowed the same call is pending as kind client, and the posted result ends it', async () => {
+    const s = await t.createSession({ system: 'P', tools: [askUser] })
+    t.models.script(s.id, { toolCalls: [{ id: 'k1', name: 'ask_user', arguments: { q: 'colour?' } }] }, { text: ['thanks'] })
+    await post(s.id, 'followup', { content: 'go' })
+    await until('the approval to be pending', async () => (await pendingOf(s.id)).length === 1)
+    expect(await pendingOf(s.id)).toEqual([{ callId: 'k1', name: 'ask_user', arguments: { q: 'colour?' }, rawArguments: '{"q":"colour?"}', kind: 'approval' }])
+    // the client is not asked before the approver allowed the call
+    expect((await post(s.id, 'tool-results', { callId: 'k1', content: 'too early' })).status).toBe(409)
+    expect((await post(s.id, 'approvals/k1', { decision: 'allow' })).status).toBe(202)
+    await until('the client call to be pending', async () => (await pendingOf(s.id))[0]?.kind === 'client')
+    expect(await pendingOf(s.id)).toEqual([{ callId: 'k1', name: 'ask_user', arguments: { q: 'colour?' }, rawArguments: '{"q":"colour?"}', kind: 'client' }])
+    expect((await t.api('GET', `/v1/sessions/${s.id}`)).body.status).toBe('running')
+    expect((await post(s.id, 'approvals/k1', { decision: 'allow' })).status).toBe(409)
+    expect((await post(s.id, 'tool-results', { callId: 'k1', content: 'blue' })).status).toBe(202)
+    expect((await post(s.id, 'tool-results', { callId: 'k1', content: 'red' })).status).toBe(409)
+    const evs = await t.waitForTurnEnd(s.id, 1)
+    const r = resultOf(evs, 'k1')
+    expect(d(r).message.content[0]).toEqual({ type: 'tool-result', toolCallId: 'k1', isError: false, content: [{ type: 'text', text: 'blue' }] })
+    expect(d(r).error).toBeUndefined()
+    expect(r.sourceEventSeqs).toEqual([seqOf(evs, 'tool/call', 'k1')])
+    // one tool/call, one tool/result: the approval and the client's wait are phases of the same call
+    expect(ofType(evs, 'tool/call').map(callOf)).toEqual(['k1'])
+    expect(ofType(evs, 'tool/result').map(callOf)).toEqual(['k1'])
+    const tr = t.models.requestsOf(s.id)[1].context.messages.find((m) => m.role === 'toolResult') as any
+    expect(tr).toMatchObject({ toolCallId: 'k1', isError: false, content: [{ type: 'text', text: 'blue' }] })
+    expect(d(turnEnd(evs, 1)).reason).toEqual({ kind: 'completed' })
+    expect(await pendingOf(s.id)).toEqual([])
+    expect((await post(s.id, 'tool-results', { callId: 'k1', content: 'late' })).status).toBe(409)
+    expectValidLog(evs)
+    expect(problems).toEqual([])
+  })
+
+  it('a client tool with approval "always", denied: TOOL_DENIED, and the client is never asked', async () => {
+    const s = await t.createSession({ system: 'P', tools: [askUser] })
+    t.models.script(s.id, { toolCalls: [{ id: 'k1', name: 'ask_user', arguments: {} }] }, { text: ['understood'] })
+    await post(s.id, 'followup', { content: 'go' })
+    await until('the approval to be pending', async () => (await pendingOf(s.id)).length === 1)
+    expect((await post(s.id, 'approvals/k1', { decision: 'deny', reason: 'not now' })).status).toBe(202)
+    const evs = await t.waitForTurnEnd(s.id, 1)
+    const r = resultOf(evs, 'k1')
+    expect(d(r).error).toEqual({ name: 'ToolError', code: 'TOOL_DENIED' })
+    expect(resultText(r)).toBe('Error: tool call denied: not now')
+    expect((await post(s.id, 'tool-results', { callId: 'k1', content: 'late' })).status).toBe(409)
+    expect(await pendingOf(s.id)).toEqual([])
+    expect(d(turnEnd(evs, 1)).reason).toEqual({ kind: 'completed' })
+    expectValidLog(evs)
+  })
+
+  it('a client tool with approval "always": a cancel while the allowed call waits for the client settles it TOOL_ABORTED', async () => {
+    const s = await t.createSession({ system: 'P', tools: [askUser] })
+    t.models.script(s.id, { toolCalls: [{ id: 'k1', name: 'ask_user', arguments: {} }] })
+    await post(s.id, 'followup', { content: 'go' })
+    await until('the approval to be pending', async () => (await pendingOf(s.id)).length === 1)
+    expect((await post(s.id, 'approvals/k1', { decision: 'allow' })).status).toBe(202)
+    await until('the client call to be pending', async () => (await pendingOf(s.id))[0]?.kind === 'client')
+    await post(s.id, 'cancel', {})
+    const evs = await t.waitForTurnEnd(s.id, 1)
+    expect(d(resultOf(evs, 'k1')).error).toEqual({ name: 'AbortError', code: 'TOOL_ABORTED' })
+    expect(d(turnEnd(evs, 1)).reason).toEqual({ kind: 'aborted', reason: { kind: 'user' } })
+    expect(await pendingOf(s.id)).toEqual([])
+    expect((await post(s.id, 'tool-results', { callId: 'k1', content: 'late' })).status).toBe(409)
     expectValidLog(evs)
   })
 

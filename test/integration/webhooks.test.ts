@@ -138,6 +138,48 @@ describe.each(DB_KINDS)('webhooks on %s', (kind: DbKind) => {
     expect(rx!.received[1].body).toMatchObject({ type: 'session.requires_action', data: { sessionId: s.id, turn: 3 } })
   })
 
+  it("a client call with approval 'always' is pending twice, each time with its session.requires_action in the same commit: the approver's with the tool/call, the client's once allowed; a denied call's client is never asked", async () => {
+    // no deliverer: the delivery rows stay as their commits wrote them (xmin names the transaction)
+    await start({ webhooks: { ...FAST, deliver: false } })
+    await subscribe(['session.requires_action'])
+    const s = await t!.createSession({ tools: [{ name: 'ask_user', description: 'asks', parameters: { type: 'object' }, execution: { type: 'client' }, approval: 'always' }] })
+    t!.models.script(s.id, { toolCalls: [{ id: 'k1', name: 'ask_user', arguments: {} }] }, { toolCalls: [{ id: 'k2', name: 'ask_user', arguments: {} }] }, { text: ['done'] })
+    const pending = async () => (await t!.api('GET', `/v1/sessions/${s.id}/pending`)).body.toolCalls as Array<{ callId: string; kind: string }>
+    const deliveries = async () =>
+      (await t!.app.db.query<{ type: string; turn: number; seq: number; extra: string; tx: string }>('SELECT type, turn, seq, extra, xmin::text AS tx FROM webhook_deliveries WHERE session_id = $1 ORDER BY created_at, id', [s.id])).rows.map((r) => ({ ...r, extra: JSON.parse(r.extra) }))
+    const rowTx = async (callId: string) =>
+      (await t!.app.db.query<{ kind: string; tx: string }>('SELECT p.kind, p.xmin::text AS tx FROM pending_calls p JOIN sessions s ON s.key = p.session_key WHERE s.id = $1 AND p.call_id = $2', [s.id, callId])).rows[0]
+    const callTx = async (callId: string) =>
+      (await t!.app.db.query<{ seq: number; tx: string }>("SELECT e.seq, e.xmin::text AS tx FROM session_events e JOIN sessions s ON s.key = e.session_key WHERE s.id = $1 AND e.type = 'tool/call' AND e.body LIKE $2", [s.id, `%"callId":"${callId}"%`])).rows[0]
+    await t!.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'go' })
+
+    // k1 waits for the approver: its row and its delivery ride with its tool/call
+    await until('k1 pending', async () => (await pending())[0]?.callId === 'k1')
+    const call1 = await callTx('k1')
+    expect(await rowTx('k1')).toEqual({ kind: 'approval', tx: call1.tx })
+    expect(await deliveries()).toEqual([{ type: 'session.requires_action', turn: 1, seq: Number(call1.seq), extra: { pending: [{ callId: 'k1', name: 'ask_user', kind: 'approval' }] }, tx: call1.tx }])
+    // allowed: the same call is pending for the client, with a second delivery in the commit that re-opened its row
+    expect((await t!.api('POST', `/v1/sessions/${s.id}/approvals/k1`, { decision: 'allow' })).status).toBe(202)
+    await until('k1 pending for the client', async () => (await pending())[0]?.kind === 'client')
+    const client = await rowTx('k1')
+    expect(client.kind).toBe('client')
+    expect(client.tx).not.toBe(call1.tx)
+    expect((await deliveries())[1]).toEqual({ type: 'session.requires_action', turn: 1, seq: Number(call1.seq), extra: { pending: [{ callId: 'k1', name: 'ask_user', kind: 'client' }] }, tx: client.tx })
+    expect((await t!.api('POST', `/v1/sessions/${s.id}/tool-results`, { callId: 'k1', content: 'yes' })).status).toBe(202)
+
+    // k2 is denied: its only delivery is the approver's
+    await until('k2 pending', async () => (await pending())[0]?.callId === 'k2')
+    expect((await t!.api('POST', `/v1/sessions/${s.id}/approvals/k2`, { decision: 'deny' })).status).toBe(202)
+    const log = await t!.waitForTurnEnd(s.id, 1)
+    expect(log.filter((e) => e.type === 'tool/result').map((e) => d(e).error?.code ?? 'ok')).toEqual(['ok', 'TOOL_DENIED'])
+    const call2 = await callTx('k2')
+    expect((await deliveries()).map((x) => [x.extra.pending[0].callId, x.extra.pending[0].kind, x.seq])).toEqual([
+      ['k1', 'approval', Number(call1.seq)],
+      ['k1', 'client', Number(call1.seq)],
+      ['k2', 'approval', Number(call2.seq)],
+    ])
+  })
+
   it('retries a 500 with the same webhook-id until a 2xx; ends delivered after three attempts', async () => {
     await start()
     rx!.respond = (_r, prior) => (prior < 2 ? 500 : 200)

@@ -153,8 +153,9 @@ describe('decideContinuation (SPEC §19.5)', () => {
     expect(decideContinuation({ ...duty, failedContinuations: 1 }, { limit: 1, cancelPending: false, runState: 'running' })).toBe('crash-loop')
   })
 
-  it('the backoff doubles with each failed continuation and is bounded; a duty that will be declined does not wait', () => {
-    expect([0, 1, 2, 3, 9].map((n) => continuationDelayMs({ ...duty, failedContinuations: n }, 100))).toEqual([1000, 2000, 4000, 8000, 10000])
+  it('the first continuation of a crash opens at once; from the second in a row the backoff doubles and is bounded; a duty that will be declined does not wait', () => {
+    expect([0, 1, 2, 3, 4, 5, 9].map((n) => continuationDelayMs({ ...duty, failedContinuations: n }, 100))).toEqual([0, 1000, 2000, 4000, 8000, 10000, 10000])
+    expect(continuationDelayMs({ ...duty, failedContinuations: 1 }, 2)).toBe(1000)
     expect(continuationDelayMs({ ...duty, failedContinuations: 2 }, 2)).toBe(0)
     expect(continuationDelayMs(duty, 0)).toBe(0)
   })

@@ -15,6 +15,7 @@ type Listener = (payload: any, next: (p?: unknown) => Promise<any>) => unknown
 /** A waterfall as hooks/ runs it: first listener outermost, `next()` runs the rest down to the default. */
 function fakeHooks(listeners: Record<string, Listener[]> = {}): ToolEnv['hooks'] {
   return {
+    count: (name) => listeners[name]?.length ?? 0,
     async runWaterfall<T>(name: string, payload: unknown, innermost: (p: any) => T | Promise<T>): Promise<T> {
       const chain = listeners[name] ?? []
       const run = async (i: number, p: unknown): Promise<T> => (i < chain.length ? ((await chain[i](p, (q) => run(i + 1, q ?? p))) as T) : innermost(p))
@@ -38,6 +39,11 @@ interface Host {
   abort: AbortController
 }
 
+/**
+ * A fake driver. `answers` by `callId:kind` (or `callId` for any kind); the journal shows the pending
+ * row a tool/call carries, a row written later (`pending:`) and each wait, as the driver does them:
+ * a row already open as the kind asked for is not written again.
+ */
 function host(o: { tools?: RegisteredTool[]; specs?: ToolSpec[]; listeners?: Record<string, Listener[]>; answers?: Record<string, unknown>; maxParallel?: number; commit?: (callId: string) => Promise<void> | void } = {}): Host {
   const journal: string[] = []
   const results = new Map<string, FinishedCall>()
@@ -46,6 +52,7 @@ function host(o: { tools?: RegisteredTool[]; specs?: ToolSpec[]; listeners?: Rec
   const abort = new AbortController()
   const tools = new Map((o.tools ?? []).map((t) => [t.name, t]))
   let seq = 100
+  const rows = new Map<string, 'client' | 'approval'>()
   const env: ToolEnv = {
     sessionId: 'ses_test',
     signal: abort.signal,
@@ -60,16 +67,20 @@ function host(o: { tools?: RegisteredTool[]; specs?: ToolSpec[]; listeners?: Rec
     log: { warn: (_o, msg) => void warned.push(msg) },
   }
   const fx: ToolEffects = {
-    async appendCall(p, { client }) {
-      journal.push(`call:${p.callId}${client ? ' (client)' : ''}`)
+    async appendCall(p, { client, approval }) {
+      const row = client ? 'client' : approval ? 'approval' : undefined
+      if (row) rows.set(p.callId, row)
+      journal.push(`call:${p.callId}${row ? ` (${row})` : ''}`)
       return seq++
     },
-    async openApproval(p) {
-      journal.push(`approval:${p.callId}`)
+    async openPending(p, _callSeq, kind) {
+      if (rows.get(p.callId) === kind) return
+      rows.set(p.callId, kind)
+      journal.push(`pending:${p.callId}:${kind}`)
     },
     async waitAnswer(callId, kind) {
       journal.push(`wait:${callId}:${kind}`)
-      return o.answers?.[callId]
+      return o.answers?.[`${callId}:${kind}`] ?? o.answers?.[callId]
     },
     async commitResult(p, callSeq, f) {
       await o.commit?.(p.callId)
@@ -183,13 +194,21 @@ describe('runToolCalls: errors become results (SPEC §11.7, §18.13)', () => {
 })
 
 describe('runToolCalls: approvals and client calls (SPEC §11.5, §18.10)', () => {
-  it('approval "always" asks: the pending row opens after tool/call, then the answer decides', async () => {
+  it('approval "always" asks: the pending row rides with tool/call, then the answer decides', async () => {
     const t = builtin('t', () => ({ content: 'ran' }))
     const h = host({ tools: [t], specs: [specOf(t, { approval: 'always' })], answers: { c1: { decision: 'allow' }, c2: { decision: 'deny', reason: 'no way' } } })
     await runToolCalls([call('c1', 't'), call('c2', 't')], h.env, h.fx)
-    expect(h.journal).toEqual(['call:c1', 'approval:c1', 'wait:c1:approval', 'result:c1@100', 'call:c2', 'approval:c2', 'wait:c2:approval', 'result:c2@101'])
+    expect(h.journal).toEqual(['call:c1 (approval)', 'wait:c1:approval', 'result:c1@100', 'call:c2 (approval)', 'wait:c2:approval', 'result:c2@101'])
     expect(text(h.results.get('c1')!)).toBe('ran')
     expect(text(h.results.get('c2')!)).toBe('Error: tool call denied: no way')
+  })
+
+  it('with a tools/pre-execute listener the ask is not certain: the approval row is written after tool/call, when the listener asks', async () => {
+    const t = builtin('t', () => ({ content: 'ran' }))
+    const h = host({ tools: [t], specs: [specOf(t, { approval: 'always' })], listeners: { 'tools/pre-execute': [(_p, next) => next()] }, answers: { c1: { decision: 'allow' } } })
+    await runToolCalls([call('c1', 't')], h.env, h.fx)
+    expect(h.journal).toEqual(['call:c1', 'pending:c1:approval', 'wait:c1:approval', 'result:c1@100'])
+    expect(text(h.results.get('c1')!)).toBe('ran')
   })
 
   it('an approval the turn cancelled before an answer resolves deny with a reason saying so', async () => {
@@ -206,6 +225,32 @@ describe('runToolCalls: approvals and client calls (SPEC §11.5, §18.10)', () =
     expect(text(h.results.get('c1')!)).toBe('picked')
     // no answer (the turn was cancelled): aborted
     expect(h.results.get('c2')!.outcome).toMatchObject({ isError: true, error: { name: 'AbortError', code: 'TOOL_ABORTED' } })
+  })
+
+  it('a client call with approval "always": the approver first, then the client is asked on the same call; a denial never asks the client', async () => {
+    const ui: ToolSpec = { name: 'ui', execution: { type: 'client' }, approval: 'always' }
+    const picked = { content: [{ type: 'text', text: 'picked' }], isError: false }
+    const h = host({ specs: [ui], answers: { 'c1:approval': { decision: 'allow' }, 'c1:client': picked, 'c2:approval': { decision: 'deny', reason: 'not this one' }, 'c2:client': picked } })
+    await runToolCalls([call('c1', 'ui'), call('c2', 'ui')], h.env, h.fx)
+    expect(h.journal).toEqual(['call:c1 (approval)', 'wait:c1:approval', 'pending:c1:client', 'wait:c1:client', 'result:c1@100', 'call:c2 (approval)', 'wait:c2:approval', 'result:c2@101'])
+    expect(text(h.results.get('c1')!)).toBe('picked')
+    expect(h.results.get('c2')!.outcome).toMatchObject({ isError: true, error: { code: 'TOOL_DENIED' } })
+  })
+
+  it('with a tools/pre-execute listener a client call is asked only once the listener allowed it, and not at all after a denial or a cancel', async () => {
+    const picked = { content: [{ type: 'text', text: 'picked' }], isError: false }
+    let h: Host
+    const policy: Listener = async (p, next) => {
+      if (p.call.callId === 'c2') return { kind: 'deny', reason: 'no' }
+      if (p.call.callId === 'c3') h.abort.abort()
+      return next()
+    }
+    h = host({ specs: [{ name: 'ui', execution: { type: 'client' } }], listeners: { 'tools/pre-execute': [policy] }, answers: { c1: picked, c3: picked } })
+    await runToolCalls([call('c1', 'ui'), call('c2', 'ui'), call('c3', 'ui'), call('c4', 'ui')], h.env, h.fx)
+    expect(h.journal).toEqual(['call:c1', 'pending:c1:client', 'wait:c1:client', 'result:c1@100', 'call:c2', 'result:c2@101', 'call:c3', 'result:c3@102', 'aborted:c4'])
+    expect(text(h.results.get('c1')!)).toBe('picked')
+    expect(h.results.get('c2')!.outcome).toMatchObject({ isError: true, error: { code: 'TOOL_DENIED' } })
+    expect(h.results.get('c3')!.outcome).toMatchObject({ isError: true, error: { name: 'AbortError', code: 'TOOL_ABORTED' } })
   })
 })
 
