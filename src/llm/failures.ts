@@ -70,9 +70,12 @@ export function classifyFailure(input: FailureInput): LlmFailure {
   return failure('UNKNOWN')
 }
 
-/** pi-ai (through the provider SDKs) starts an HTTP failure's message with the status: "429 …". */
+/**
+ * The HTTP status in pi-ai's text of an HTTP failure: at its start ("429 …", "429: {body}"), or after the
+ * API's label ("OpenAI API error (429): …", pi-ai 1.x's openai-responses).
+ */
 function statusFromMessage(text: string): number | undefined {
-  const m = /^\s*([1-5]\d\d)\b/.exec(text)
+  const m = /^\s*([1-5]\d\d)\b/.exec(text) ?? /^[^\n]{0,80}? error \(([1-5]\d\d)\):/.exec(text)
   return m ? Number(m[1]) : undefined
 }
 

@@ -1,17 +1,17 @@
-// `faux/echo` (API.md §2): agentd's own deterministic model, registered as a pi-ai API provider so it
-// takes the same path as real routes. It answers "echo: <last user text>" and reports constant usage,
-// so long-session measurements are not distorted by a cost that grows with the history (DESIGN.md §3).
+// `faux/echo` (API.md §2): agentd's own deterministic model, a pi-ai stream implementation so it takes
+// the same path as real routes. It answers "echo: <last user text>" and reports constant usage, so
+// long-session measurements are not distorted by a cost that grows with the history (DESIGN.md §3);
+// pi-ai's own faux provider estimates usage from the whole serialized context on every call.
 
 import {
   createAssistantMessageEventStream,
-  getApiProvider,
-  registerApiProvider,
   type AssistantMessage,
   type AssistantMessageEventStream,
-  type Context,
   type Model,
+  type ProviderStreams,
   type StreamOptions,
-} from '@mariozechner/pi-ai'
+  type TranscriptContext,
+} from '@earendil-works/pi-ai'
 
 export const FAUX_ECHO = 'faux/echo'
 export const FAUX_API = 'agentd-faux'
@@ -34,7 +34,7 @@ export const FAUX_ECHO_MODEL: Model<string> = Object.freeze({
 })
 
 /** The reply faux/echo gives to a context. */
-export function echoReply(context: Context, stop?: readonly string[]): string {
+export function echoReply(context: { messages: TranscriptContext['messages'] }, stop?: readonly string[]): string {
   let text = '(no text)'
   for (let i = context.messages.length - 1; i >= 0; i--) {
     const m = context.messages[i]!
@@ -63,7 +63,7 @@ function pieces(text: string): string[] {
 
 const tick = () => new Promise<void>((r) => setImmediate(r))
 
-function streamEcho(model: Model<string>, context: Context, options?: StreamOptions): AssistantMessageEventStream {
+function streamEcho(model: Model<string>, context: TranscriptContext, options?: StreamOptions): AssistantMessageEventStream {
   const out = createAssistantMessageEventStream()
   const signal = options?.signal
   const stop = (options as { stop?: string[] } | undefined)?.stop
@@ -106,8 +106,5 @@ function streamEcho(model: Model<string>, context: Context, options?: StreamOpti
   return out
 }
 
-/** Registers the faux API with pi-ai unless present (someone may have cleared pi-ai's registry). */
-export function ensureFauxRegistered(): void {
-  if (getApiProvider(FAUX_API)) return
-  registerApiProvider({ api: FAUX_API, stream: streamEcho, streamSimple: streamEcho }, 'agentd')
-}
+/** The faux models' implementation, dispatched to like any pi-ai API (service.ts). */
+export const FAUX_STREAMS: ProviderStreams = Object.freeze({ stream: streamEcho, streamSimple: streamEcho })
