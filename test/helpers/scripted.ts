@@ -28,7 +28,8 @@ export interface Step {
   toolCalls?: Array<{ id: string; name: string; arguments: Record<string, unknown> }>
   /** pi-ai stop reason of a success (default stop, or toolUse with tool calls) */
   stop?: 'stop' | 'length' | 'toolUse'
-  usage?: { input: number; output: number; cacheRead?: number; cacheWrite?: number; costUsd?: number }
+  /** reasoning: the part of output spent reasoning (pi-ai's Usage.reasoning) */
+  usage?: { input: number; output: number; cacheRead?: number; cacheWrite?: number; reasoning?: number; costUsd?: number }
   /** fail with this pi-ai error message (HTTP failures start with the status: "500 …") */
   error?: string
   /** wait until the request is aborted after the deltas (a hung stream) */
@@ -213,6 +214,7 @@ export class ScriptedModels {
       if (s.error) return fail('error', s.error)
       const u = s.usage ?? { input: 10, output: 5 }
       message.usage = { ...zeroUsage(), input: u.input, output: u.output, cacheRead: u.cacheRead ?? 0, cacheWrite: u.cacheWrite ?? 0, totalTokens: u.input + u.output }
+      if (u.reasoning !== undefined) message.usage.reasoning = u.reasoning
       if (u.costUsd) message.usage.cost = { input: u.costUsd, output: 0, cacheRead: 0, cacheWrite: 0, total: u.costUsd }
       const stop = s.stop ?? (s.toolCalls?.length ? 'toolUse' : 'stop')
       message.stopReason = stop

@@ -89,6 +89,12 @@ describe('chunk translation (SPEC §8.11, §16.3)', () => {
     expect(chunks.find((c) => c.type === 'usage')).toEqual({ type: 'usage', usage: { inputTokens: 40, outputTokens: 5, cacheReadTokens: 60 } })
   })
 
+  it('reports the reasoning part of the output as reasoningTokens (API.md §4)', async () => {
+    srv.script({ reasoning: ['hmm'], chunks: ['ok'], usage: { prompt_tokens: 50, completion_tokens: 30, completion_tokens_details: { reasoning_tokens: 22 } } })
+    const chunks = await stream([user('hi')])
+    expect(chunks.find((c) => c.type === 'usage')).toEqual({ type: 'usage', usage: { inputTokens: 50, outputTokens: 30, reasoningTokens: 22 } })
+  })
+
   it('reports the cost of a priced model (USD per million tokens) as costUsd', async () => {
     srv.script({ chunks: ['ok'], usage: { prompt_tokens: 1000, completion_tokens: 100 } })
     const chunks = await stream([user('hi')], { config: { model: 'priced' } })
