@@ -79,7 +79,9 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
   const forward = () => local.abort(signal.reason)
   const http: HttpObservation = {}
   let started = false
-  const fail = (message: string, extra: { contextOverflow?: boolean } = {}): StreamChunk => {
+  /** the refusal text of an OpenAI Responses answer, once a refusal part began */
+  let refusal: string | undefined
+  const fail = (message: string, extra: { contextOverflow?: boolean; stopReason?: string; refusal?: boolean } = {}): StreamChunk => {
     const aborted = signal.aborted
     const failure = classifyFailure({ message, aborted, status: http.status, headers: http.headers, streamStarted: started, secrets, ...extra })
     call.log?.debug({ provider: model.provider, model: model.id, code: failure.code, status: failure.status }, 'model call failed')
@@ -118,6 +120,9 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
       options.stop = call.stop
       options.onPayload = (payload) => withStop(model.api, payload, call.stop!)
     }
+    // a Responses answer can say it refuses in a content part of its own, which pi-ai hands over as the
+    // message's text: the raw events tell it apart (a refusal is a terminal failure, not a reply)
+    if (RESPONSES_APIS.has(model.api)) options.onProviderStreamEvent = (raw) => void (refusal = refusalOf(raw, refusal))
     const context = normalizeContext(typeof call.context === 'function' ? call.context() : call.context)
     // the implementation is called directly, not through a pi-ai Models collection: agentd resolved the
     // credentials itself, and pi-ai's telemetry (which only Models.stream* runs) stays off the path
@@ -170,7 +175,9 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
           if (ev.type === 'error') {
             const usage = toUsage(ev.error.usage)
             out = usage.inputTokens > 0 || usage.outputTokens > 0 ? [{ type: 'usage', usage }] : []
-            out.push(fail(ev.error.errorMessage ?? 'model call failed', { contextOverflow: isContextOverflow(ev.error, call.contextWindow) }))
+            out.push(fail(ev.error.errorMessage ?? 'model call failed', { contextOverflow: isContextOverflow(ev.error, call.contextWindow), stopReason: ev.error.rawStopReason }))
+          } else if (ev.type === 'done' && refusal !== undefined) {
+            out = [{ type: 'usage', usage: toUsage(ev.message.usage) }, fail(refusal || 'the model refused', { refusal: true })]
           } else if (ev.type === 'done') out = t.done(ev.message, ev.reason)
           else {
             out = t.event(ev)
@@ -296,6 +303,18 @@ export function toUsage(u: Usage | undefined): TokenUsage {
   if (n(u?.reasoning)) out.reasoningTokens = n(u?.reasoning)
   if (n(u?.cost?.total)) out.costUsd = n(u?.cost?.total)
   return out
+}
+
+/** The APIs whose streams speak OpenAI Responses events (refusal parts included). */
+const RESPONSES_APIS = new Set(['openai-responses', 'azure-openai-responses', 'openai-codex-responses'])
+
+/** Follows a raw Responses event: a refusal part starts the refusal text, its deltas grow it. */
+function refusalOf(raw: unknown, sofar: string | undefined): string | undefined {
+  const e = raw as { type?: unknown; part?: { type?: unknown }; delta?: unknown; refusal?: unknown }
+  if (e?.type === 'response.content_part.added' && e.part?.type === 'refusal') return sofar ?? ''
+  if (e?.type === 'response.refusal.delta' && typeof e.delta === 'string') return (sofar ?? '') + e.delta
+  if (e?.type === 'response.refusal.done' && typeof e.refusal === 'string') return e.refusal
+  return sofar
 }
 
 /** pi-ai has no stop-sequence option; it is added to the payload of the APIs that take one. */

@@ -64,8 +64,11 @@ export interface FixtureApp {
 
 const ADMIN = 'fixture-admin-token'
 
-/** Starts agentd on `db` with the fixture routes of the wire server at `origin`, and creates a tenant. */
-export async function startFixtureApp(o: { db: Db; origin: string; databaseUrl?: string; dataDir?: string }): Promise<FixtureApp> {
+/**
+ * Starts agentd on `db` with the fixture routes of the wire server at `origin` (or the models file
+ * `models`), and creates a tenant.
+ */
+export async function startFixtureApp(o: { db: Db; origin: string; databaseUrl?: string; dataDir?: string; models?: unknown }): Promise<FixtureApp> {
   const env: Record<string, string> = {
     PORT: '0',
     HOST: '127.0.0.1',
@@ -76,7 +79,7 @@ export async function startFixtureApp(o: { db: Db; origin: string; databaseUrl?:
     ...(o.databaseUrl ? { DATABASE_URL: o.databaseUrl } : {}),
   }
   const config = loadConfig(env)
-  const app = await startApp(config, { db: o.db, log: pino({ level: config.logLevel }), llm: { models: fixtureModels(o.origin) } })
+  const app = await startApp(config, { db: o.db, log: pino({ level: config.logLevel }), llm: { models: o.models ?? fixtureModels(o.origin) } })
   const url = app.url!
   const call = async (method: string, p: string, body?: unknown, key?: string) => {
     const res = await fetch(url + p, {

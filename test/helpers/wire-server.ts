@@ -267,3 +267,30 @@ export function completionsStream(r: CompletionsReply): SseEvent[] {
   out.push({ data: '[DONE]' })
   return out
 }
+
+// ---- Google Generative AI (https://ai.google.dev/api/generate-content#method:-models.streamgeneratecontent) ----
+
+export interface GeminiReply {
+  text?: string
+  /** the candidate's finishReason: `STOP`, `MAX_TOKENS`, `SAFETY`, …; absent with a blocked prompt */
+  finishReason?: string
+  /** promptFeedback of a prompt Gemini refused to answer at all (no candidates) */
+  blockReason?: string
+  usage: { promptTokenCount: number; candidatesTokenCount: number; thoughtsTokenCount?: number }
+}
+
+/** The server-sent events of `streamGenerateContent?alt=sse`. */
+export function geminiStream(r: GeminiReply): SseEvent[] {
+  const usageMetadata = { ...r.usage, totalTokenCount: r.usage.promptTokenCount + r.usage.candidatesTokenCount + (r.usage.thoughtsTokenCount ?? 0) }
+  if (r.blockReason !== undefined) {
+    return [{ data: { promptFeedback: { blockReason: r.blockReason, safetyRatings: [{ category: 'HARM_CATEGORY_DANGEROUS_CONTENT', probability: 'HIGH' }] }, usageMetadata, modelVersion: 'gemini', responseId: 'resp_g' } }]
+  }
+  const parts = pieces(r.text ?? '')
+  return parts.map((text, i) => {
+    const last = i === parts.length - 1
+    const candidate: Record<string, unknown> = { content: { parts: [{ text }], role: 'model' }, index: 0 }
+    if (last && r.finishReason) candidate.finishReason = r.finishReason
+    if (last && r.finishReason === 'SAFETY') candidate.safetyRatings = [{ category: 'HARM_CATEGORY_DANGEROUS_CONTENT', probability: 'HIGH', blocked: true }]
+    return { data: { candidates: [candidate], ...(last ? { usageMetadata } : {}), modelVersion: 'gemini', responseId: 'resp_g' } }
+  })
+}
