@@ -26,7 +26,7 @@ import { keyLiveGuard, type SideRow } from './side.js'
 import { slotTakeGuard } from './slots.js'
 import { ledgerUpsert, totalsUpsert, usagePeriods } from './usage.js'
 import { DELIVERY_ID_SQL, markDeliveries } from './webhooks.js'
-import type { LedgerEntry } from '../session/index.js'
+import { usageTotals, type LedgerEntry, type UsageTotals } from '../session/index.js'
 
 export interface GroupUnit {
   key: string
@@ -264,7 +264,6 @@ function groupStatement(units: readonly GroupUnit[]): { sql: string; params: unk
     if (slotTake) mask |= SIDE.slotTake
     if (slotFree) mask |= SIDE.slotFree
     if (hook) mask |= SIDE.hooks
-    const usage = patch.usage
     // absent members read as NULL (jsonb_to_recordset)
     u.push({
       ord,
@@ -288,12 +287,7 @@ function groupStatement(units: readonly GroupUnit[]): { sql: string; params: unk
       last_turn: patch.lastTurn ? JSON.stringify(patch.lastTurn) : undefined,
       set_cont: patch.continueTurn !== undefined,
       cont: patch.continueTurn ?? undefined,
-      ui: usage?.inputTokens ?? 0,
-      uo: usage?.outputTokens ?? 0,
-      ucr: usage?.cacheReadTokens ?? 0,
-      ucw: usage?.cacheWriteTokens ?? 0,
-      urs: usage?.reasoningTokens ?? 0,
-      uc: usage?.costUsd ?? 0,
+      ...usageColumns(patch.usage),
       slot_take: slotTake,
       slot_free: slotFree,
       wh_type: hook?.event.type,
@@ -414,4 +408,10 @@ export function groupCommitter(db: Db, single: (u: GroupUnit) => Promise<UnitOut
   let c = committers.get(db)
   if (!c) committers.set(db, (c = new GroupCommitter(db, single)))
   return c
+}
+
+/** A unit's usage as the `v` columns the row's sums add (absent: nothing). */
+function usageColumns(usage: UsageTotals | undefined) {
+  const u = usageTotals(usage)
+  return { ui: u.inputTokens, uo: u.outputTokens, ucr: u.cacheReadTokens, ucw: u.cacheWriteTokens, urs: u.reasoningTokens, uc: u.costUsd }
 }
