@@ -1,5 +1,5 @@
 // The LlmService of llm/types.ts: route resolution (models file, extra providers, pi-ai's catalogue,
-// faux/echo), prepareCall (SPEC §8.3) and the one-shot prepared stream.
+// faux/echo and faux/tools), prepareCall (SPEC §8.3) and the one-shot prepared stream.
 //
 // pi-ai 1.x: a route knows the pi-ai implementation its requests go to and how an attempt authenticates.
 // Models-file routes call pi-ai's API implementations with the key agentd resolves (env:NAME, a literal, or
@@ -13,7 +13,7 @@ import type { LlmCallConfig, LlmFailure, StreamChunk } from '../session/index.js
 import { runAdapter, STOP_APIS, type RequestAuth } from './adapter.js'
 import { apiStreams } from './apis.js'
 import { toPiContext } from './convert.js'
-import { FAUX_ECHO, FAUX_ECHO_MODEL, FAUX_STREAMS } from './faux.js'
+import { FAUX_ECHO, FAUX_ECHO_MODEL, FAUX_STREAMS, FAUX_TOOLS, FAUX_TOOLS_MODEL } from './faux.js'
 import { loadModelsFile, parseModelsFile, type ModelsFile, type ProviderEntry } from './models.js'
 import { DEFAULT_RETRY_POLICY, LlmError, ModelConfigError, type LlmRequest, type LlmService, type ModelInfo, type PreparedCall, type RetryPolicy } from './types.js'
 
@@ -112,6 +112,7 @@ export function createLlmService(opts: LlmServiceOptions = {}): LlmService {
       const owner = catalogued ? catalogue.getProvider(provider) : undefined
       if (catalogued && owner) route = piRoute(catalogued, owner, (signal) => catalogueAuth(catalogue, catalogued, signal))
       else if (key === FAUX_ECHO) route = piRoute(FAUX_ECHO_MODEL, FAUX_STREAMS, () => ({}))
+      else if (key === FAUX_TOOLS) route = piRoute(FAUX_TOOLS_MODEL, FAUX_STREAMS, () => ({}))
     }
     if (route) piRoutes.set(key, route)
     return route

@@ -215,3 +215,37 @@ describe('faux/echo', () => {
     expect(chunks.filter((c) => c.type === 'finish')).toHaveLength(1)
   })
 })
+
+describe('faux/tools', () => {
+  const llm = createLlmService({ env: {} })
+  const tools = [{ name: 'lookup_order', description: 'Looks an order up.', parameters: { type: 'object', properties: { id: { type: 'integer' } } } }]
+  const run = async (messages: Message[]) => {
+    const call = await llm.prepareCall({ provider: 'faux', model: 'tools' }, signal())
+    return collect(call.stream(request(call, messages, { tools })))
+  }
+  const asstCall = (id: string, args: string): Message => ({ id: `a-${id}`, role: 'assistant', content: [{ type: 'tool-call', id, name: 'lookup_order', arguments: args }], source: { kind: 'model', provider: 'faux', model: 'tools' } })
+  const result = (id: string, text: string): Message => ({ id: `r-${id}`, role: 'user', content: [{ type: 'tool-result', toolCallId: id, isError: false, content: [{ type: 'text', text }] }], source: { kind: 'tool', callId: id } })
+
+  it('resolves as agentd\'s own model, beside faux/echo', () => {
+    expect(llm.resolveModel('faux/tools')).toEqual({ provider: 'faux', model: 'tools', api: 'agentd-faux', contextWindow: 128000, maxTokens: 4096, reasoning: false })
+  })
+
+  it('a /call line is a tool call with its JSON arguments, finishing tool-calls with constant usage', async () => {
+    const chunks = await run([user('/call lookup_order {"id": 7}')])
+    const end = chunks.find((c) => c.type === 'block-end')
+    expect(end).toMatchObject({ type: 'block-end', index: 0, block: { type: 'tool-call', name: 'lookup_order', arguments: '{"id":7}' } })
+    expect(chunks.slice(-2)).toEqual([
+      { type: 'usage', usage: { inputTokens: 12, outputTokens: 6 } },
+      { type: 'finish', reason: { kind: 'tool-calls' } },
+    ])
+  })
+
+  it('after the results it answers with them; the cost does not grow with the history', async () => {
+    const long: Message[] = []
+    for (let i = 0; i < 200; i++) long.push(user('x'.repeat(1000), `u${i}`), asstCall(`c${i}`, '{"id":1}'), result(`c${i}`, 'old'))
+    long.push(user('/call lookup_order {"id": 7}', 'last'), asstCall('c-last', '{"id":7}'), result('c-last', 'Order 7: shipped.'))
+    const chunks = await run(long)
+    expect(chunks.find((c) => c.type === 'block-end')).toEqual({ type: 'block-end', index: 0, block: { type: 'text', text: 'lookup_order: Order 7: shipped.' } })
+    expect(chunks.find((c) => c.type === 'usage')).toEqual({ type: 'usage', usage: { inputTokens: 12, outputTokens: 6 } })
+  })
+})
