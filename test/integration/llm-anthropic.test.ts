@@ -1,10 +1,13 @@
-// The pi-ai adapter over pi-ai's real anthropic-messages client: against api.anthropic.com itself (answered
-// by undici's MockAgent, so nothing leaves the machine) for what pi-ai does only there.
+// pi-ai keeps nothing per session for agentd: the anthropic-messages client against api.anthropic.com itself
+// (answered by undici's MockAgent, so nothing leaves the machine), where pi-ai would otherwise use message
+// threads; and a session's Agent, when its driver lets it go, asks pi-ai to free the session's resources.
 
 import { getGlobalDispatcher, MockAgent, setGlobalDispatcher, type Dispatcher } from 'undici'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { createLlmService, type LlmRequest } from '../../src/llm/index.js'
 import type { Message, StreamChunk } from '../../src/session/index.js'
+import { startTestApp } from '../helpers/app.js'
+import { DB_KINDS } from '../helpers/db.js'
 import { anthropicStream, type AnthropicReply } from '../helpers/wire-server.js'
 
 const user = (text: string, id: string): Message => ({ id, role: 'user', content: [{ type: 'text', text }], source: { kind: 'user' } })
@@ -58,5 +61,27 @@ describe('Anthropic message threads stay off (SPEC §8.10)', () => {
     for (const b of betas) expect(b).not.toMatch(/message-threads/)
     expect(bodies[1].messages.map((m: any) => m.role)).toEqual(['user', 'assistant', 'user'])
     expect(JSON.stringify(bodies[1].messages[0])).toContain('first question')
+  })
+})
+
+describe.each(DB_KINDS)('pi-ai session resources (%s)', (kind) => {
+  it("are freed when the driver releases a session's Agent (cleanupSessionResources)", async () => {
+    const t = await startTestApp({ kind, env: { AGENTD_IDLE_RELEASE_MS: '200' } })
+    try {
+      const ended: string[] = []
+      const endSession = t.app.llm.endSession.bind(t.app.llm)
+      t.app.llm.endSession = (id) => {
+        ended.push(id)
+        endSession(id)
+      }
+      const s = await t.createSession()
+      t.models.script(s.id, { text: ['hi'] })
+      await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hello' })
+      await t.waitIdle(s.id)
+      for (let i = 0; i < 200 && !ended.includes(s.id); i++) await new Promise((r) => setTimeout(r, 25))
+      expect(ended).toEqual([s.id])
+    } finally {
+      await t.close()
+    }
   })
 })
