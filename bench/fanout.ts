@@ -14,7 +14,7 @@ import type { ClientProc } from './clientproc.js'
 import type { FanoutRunResult } from './client.js'
 import { FloorWriter, floorSession, type Unit } from './floor.js'
 import { createSession, dist, now, startBenchApp, type Dist, type Kind, type RawDb } from './lib.js'
-import { benchModels, CHUNKS, CHUNKS_MODEL, chunksFor } from './models.js'
+import { benchProvider, CHUNKS, CHUNKS_MODEL, chunksFor } from './models.js'
 import { ms, num, times, yes, type Row } from './report.js'
 import { headSeq, turnUnits } from './turn.js'
 
@@ -140,7 +140,7 @@ function merge(parts: FanoutRunResult[]): FanoutRunResult {
  */
 export async function benchFanout(kind: Kind, o: FanoutOptions, cps: ClientProc[]): Promise<{ rows: Row[]; data: Record<string, unknown> }> {
   const cp = cps[0]
-  const b = await startBenchApp(kind, { extraModels: benchModels })
+  const b = await startBenchApp(kind, { extraProviders: [benchProvider] })
   const agentd: Level[] = []
   const floor: Level[] = []
   // the chunk rate's windows are short (200 deltas stream in tens of ms): at least 12 turns of them,

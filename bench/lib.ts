@@ -10,7 +10,7 @@ import path from 'node:path'
 import pg from 'pg'
 import pino from 'pino'
 import type { PGlite } from '@electric-sql/pglite'
-import type { Model } from '@mariozechner/pi-ai'
+import type { Provider } from '@earendil-works/pi-ai'
 import { loadConfig } from '../src/config.js'
 import { startApp, type App } from '../src/app.js'
 import type { Context } from '../src/hooks/index.js'
@@ -242,7 +242,7 @@ export interface BenchApp {
 
 export interface BenchAppOptions {
   plugins?: Array<(root: Context) => void>
-  extraModels?: Model<string>[]
+  extraProviders?: Provider[]
   env?: Record<string, string>
 }
 
@@ -265,7 +265,7 @@ export async function startBenchApp(kind: Kind, o: BenchAppOptions = {}): Promis
     listen: true,
     db: bdb.db,
     log: pino({ level: 'silent' }),
-    llm: { extraModels: o.extraModels ?? [] },
+    llm: { extraProviders: o.extraProviders ?? [] },
     plugins: o.plugins,
   })
   const url = app.url!

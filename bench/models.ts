@@ -1,5 +1,5 @@
-// The bench's own pi-ai models, registered with registerApiProvider so requests take agentd's real
-// adapter path (like faux/echo does):
+// The bench's own pi-ai provider (createProvider, routed as one of the service's extraProviders), so
+// requests take agentd's real adapter path (like faux/echo does):
 //   bench/tool   — calls the builtin tool `noop` once when the last message is the user's prompt,
 //                  answers text when the last message is the tool result: a one-tool, two-step turn.
 //   bench/chunks — answers a prompt "chunks:N" with N text deltas, anything else with 3 (like
@@ -9,13 +9,14 @@
 import crypto from 'node:crypto'
 import {
   createAssistantMessageEventStream,
-  registerApiProvider,
+  createProvider,
   type AssistantMessage,
   type AssistantMessageEventStream,
-  type Context,
   type Model,
+  type Provider,
   type SimpleStreamOptions,
-} from '@mariozechner/pi-ai'
+  type TranscriptContext,
+} from '@earendil-works/pi-ai'
 import type { Context as RootContext } from '../src/hooks/index.js'
 
 export const BENCH_API = 'agentd-bench'
@@ -46,9 +47,7 @@ function model(id: string): Model<string> {
   }
 }
 
-export const benchModels: Model<string>[] = [model('tool'), model('chunks')]
-
-function stream(m: Model<string>, context: Context, options?: SimpleStreamOptions): AssistantMessageEventStream {
+function stream(m: Model<string>, context: TranscriptContext, options?: SimpleStreamOptions): AssistantMessageEventStream {
   const out = createAssistantMessageEventStream()
   const signal = options?.signal
   const message: AssistantMessage = {
@@ -104,12 +103,13 @@ function stream(m: Model<string>, context: Context, options?: SimpleStreamOption
   return out
 }
 
-let registered = false
-export function registerBenchModels(): void {
-  if (registered) return
-  registered = true
-  registerApiProvider({ api: BENCH_API, stream, streamSimple: stream }, 'agentd-bench')
-}
+/** The bench's provider: bench/tool and bench/chunks, keyless. */
+export const benchProvider: Provider = createProvider({
+  id: 'bench',
+  auth: { apiKey: { name: 'none', resolve: async () => ({ auth: {} }) } },
+  models: [model('tool'), model('chunks')],
+  api: { stream, streamSimple: stream },
+})
 
 /** The builtin tool the throughput turns call: a plugin registering `noop`. */
 export const noopPlugin = (root: RootContext) =>

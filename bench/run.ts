@@ -9,7 +9,6 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { ClientProc } from './clientproc.js'
 import { dropAll, PG_BASE, type Kind } from './lib.js'
-import { registerBenchModels } from './models.js'
 import { table, type Row } from './report.js'
 import { benchTurn } from './turn.js'
 import { benchThroughput } from './throughput.js'
@@ -80,7 +79,6 @@ function parseArgs(argv: string[]) {
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2))
-  registerBenchModels()
   const q = args.quick
   const startedAt = new Date()
   const results: Record<string, unknown> = {

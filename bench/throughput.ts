@@ -9,7 +9,7 @@
 import type { ClientProc } from './clientproc.js'
 import { FloorWriter, floorSession, shape, type Unit } from './floor.js'
 import { createSession, dbCpuMs, dist, now, pool, sqlMix, startBenchApp, type DbCounters, type Kind, type RawDb } from './lib.js'
-import { benchModels, benchToolSpecs, noopPlugin, TOOL_MODEL } from './models.js'
+import { benchProvider, benchToolSpecs, noopPlugin, TOOL_MODEL } from './models.js'
 import { ms, num, times, yes, type Row } from './report.js'
 import { headSeq, turnUnits } from './turn.js'
 import { peersPresent, runLanggraph, type PeerLevel } from './peers.js'
@@ -95,7 +95,7 @@ function perTurnOf(from: number | null, to: number | null, turns: number): numbe
 }
 
 export async function benchThroughput(kind: Kind, o: ThroughputOptions, cp: ClientProc): Promise<{ rows: Row[]; data: Record<string, unknown> }> {
-  const b = await startBenchApp(kind, { plugins: [noopPlugin], extraModels: benchModels })
+  const b = await startBenchApp(kind, { plugins: [noopPlugin], extraProviders: [benchProvider] })
   const tools = benchToolSpecs(o.tools ?? 1)
   // PGlite runs inside this process: its CPU is in the server's figure already
   const dbCpu = kind === 'pg' ? dbCpuMs : () => null

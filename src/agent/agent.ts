@@ -399,6 +399,7 @@ export class Agent implements Loop {
     while (this.run.activity) await this.run.activity.catch(() => {})
     this.watch.stop()
     await this.mcp.close()
+    this.services.llm.endSession(this.id)
     this.notify('agent/disposed', {})
   }
 }

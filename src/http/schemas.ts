@@ -72,7 +72,7 @@ export const PatchSessionBody = Type.Object(
   { additionalProperties: false },
 )
 
-export const Usage = Type.Object({ inputTokens: Type.Number(), outputTokens: Type.Number(), cacheReadTokens: Type.Number(), cacheWriteTokens: Type.Number(), costUsd: Type.Number() })
+export const Usage = Type.Object({ inputTokens: Type.Number(), outputTokens: Type.Number(), cacheReadTokens: Type.Number(), cacheWriteTokens: Type.Number(), reasoningTokens: Type.Number(), costUsd: Type.Number() })
 
 const literals = (xs: string[]) => Type.Union(xs.map((x) => Type.Literal(x)))
 export const LlmFailure = Type.Object(

@@ -3,28 +3,46 @@
 
 import {
   isContextOverflow,
-  streamSimple,
+  normalizeContext,
   type Api,
   type AssistantMessage as PiAssistantMessage,
   type AssistantMessageEvent,
+  type AssistantMessageEventStream,
   type Context,
   type Model,
+  type ProviderEnv,
+  type ProviderHeaders,
+  type ProviderStreams,
   type SimpleStreamOptions,
   type ThinkingLevel,
   type Usage,
-} from '@mariozechner/pi-ai'
+} from '@earendil-works/pi-ai'
 import type { Json, LlmFailure, StreamChunk, TokenUsage } from '../session/index.js'
 import { buildReplayState } from './convert.js'
 import { classifyFailure } from './failures.js'
 import { observeHttp, type HttpObservation, type HttpWindow } from './http-observer.js'
 
+/** What one attempt authenticates with: resolved for it alone, never stored. */
+export interface RequestAuth {
+  apiKey?: string
+  headers?: ProviderHeaders
+  /** provider-scoped settings that came with the credential (pi-ai's provider env) */
+  env?: ProviderEnv
+  /** an endpoint the credential decides (pi-ai provider auth may set one) */
+  baseUrl?: string
+}
+
 export interface AdapterCall {
   model: Model<Api>
+  /** the route's context window, for pi-ai's overflow verdict (the model handed to pi-ai has none, service.ts) */
+  contextWindow?: number
+  /** the pi-ai implementation the model's requests go to */
+  streams: ProviderStreams
   /** built lazily, so a conversion problem becomes a finish chunk like any other failure */
   context: Context | (() => Context)
   signal: AbortSignal
-  /** resolved for this call only; a string to send, or the failure to report instead */
-  apiKey: string | undefined | { failure: LlmFailure }
+  /** resolved when the attempt is dispatched: what to authenticate with, or the failure to report instead */
+  auth: () => RequestAuth | { failure: LlmFailure } | Promise<RequestAuth | { failure: LlmFailure }>
   maxTokens?: number
   temperature?: number
   reasoning?: ThinkingLevel
@@ -37,13 +55,23 @@ const ABORT = Symbol('abort')
 
 /** Streams one provider attempt as StreamChunks. Never throws; the last chunk is always a finish. */
 export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk, void, undefined> {
-  const { model, signal } = call
-  if (typeof call.apiKey === 'object' && !signal.aborted) {
-    yield { type: 'finish', reason: { kind: 'error', failure: call.apiKey.failure } }
+  const { signal } = call
+  let model = call.model
+  let auth: RequestAuth | { failure: LlmFailure }
+  try {
+    auth = await call.auth()
+  } catch (e) {
+    // a credential source that broke (pi-ai provider auth rejects with ModelsError): the call cannot authenticate
+    auth = { failure: { code: 'AUTH', message: `cannot resolve credentials for provider ${model.provider}: ${errorText(e)}` } }
+  }
+  if ('failure' in auth && !signal.aborted) {
+    yield { type: 'finish', reason: { kind: 'error', failure: auth.failure } }
     return
   }
-  const apiKey = typeof call.apiKey === 'string' ? call.apiKey : undefined
-  const secrets = apiKey ? [apiKey] : []
+  const { apiKey, headers, env, baseUrl } = 'failure' in auth ? ({} as RequestAuth) : auth
+  if (baseUrl) model = { ...model, baseUrl }
+  // every credential the request carries is kept out of failure messages
+  const secrets = [apiKey, ...Object.values(headers ?? {})].filter((x): x is string => typeof x === 'string' && x !== '')
   // our own controller ends the provider request when the turn aborts (the listener below forwards
   // it) and when the consumer stops iterating early; one signal for the provider, without
   // AbortSignal.any, whose composite signals cost a weak reference and a registry entry per call
@@ -51,7 +79,9 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
   const forward = () => local.abort(signal.reason)
   const http: HttpObservation = {}
   let started = false
-  const fail = (message: string, extra: { contextOverflow?: boolean } = {}): StreamChunk => {
+  /** the refusal text of an OpenAI Responses answer, once a refusal part began */
+  let refusal: string | undefined
+  const fail = (message: string, extra: { contextOverflow?: boolean; stopReason?: string; refusal?: boolean } = {}): StreamChunk => {
     const aborted = signal.aborted
     const failure = classifyFailure({ message, aborted, status: http.status, headers: http.headers, streamStarted: started, secrets, ...extra })
     call.log?.debug({ provider: model.provider, model: model.id, code: failure.code, status: failure.status }, 'model call failed')
@@ -63,18 +93,25 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
   }
 
   let events: AsyncIterator<AssistantMessageEvent>
-  let window: HttpWindow<ReturnType<typeof streamSimple>> | undefined
+  let window: HttpWindow<AssistantMessageEventStream> | undefined
   signal.addEventListener('abort', forward, { once: true })
   try {
     const options: SimpleStreamOptions & { stop?: readonly string[] } = {
       signal: local.signal,
       maxRetries: 0, // retries are durable llm/retry events (DESIGN.md §3)
+      // SPEC §8.10: the request is rebuilt from the log every time; no server-side continuation state
+      // (Anthropic message threads) may stand in for part of it, and nothing is kept per session
+      disableContinuation: true,
+      // and no cached WebSocket that sends only new items (openai-codex-responses' default transport)
+      transport: 'sse',
       onResponse: (r) => {
         http.status = r.status
         http.headers = lowerKeys(r.headers)
       },
     }
     if (apiKey !== undefined) options.apiKey = apiKey
+    if (headers !== undefined) options.headers = headers
+    if (env !== undefined) options.env = env
     if (call.maxTokens !== undefined) options.maxTokens = call.maxTokens
     if (call.temperature !== undefined) options.temperature = call.temperature
     if (call.reasoning !== undefined) options.reasoning = call.reasoning
@@ -83,8 +120,13 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
       options.stop = call.stop
       options.onPayload = (payload) => withStop(model.api, payload, call.stop!)
     }
-    const context = typeof call.context === 'function' ? call.context() : call.context
-    window = observeHttp(http, model.baseUrl, () => streamSimple(model, context, options))
+    // a Responses answer can say it refuses in a content part of its own, which pi-ai hands over as the
+    // message's text: the raw events tell it apart (a refusal is a terminal failure, not a reply)
+    if (RESPONSES_APIS.has(model.api)) options.onProviderStreamEvent = (raw) => void (refusal = refusalOf(raw, refusal))
+    const context = normalizeContext(typeof call.context === 'function' ? call.context() : call.context)
+    // the implementation is called directly, not through a pi-ai Models collection: agentd resolved the
+    // credentials itself, and pi-ai's telemetry (which only Models.stream* runs) stays off the path
+    window = observeHttp(http, model.baseUrl, () => call.streams.streamSimple(model, context, options))
     events = window.value[Symbol.asyncIterator]()
   } catch (e) {
     window?.close()
@@ -133,7 +175,9 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
           if (ev.type === 'error') {
             const usage = toUsage(ev.error.usage)
             out = usage.inputTokens > 0 || usage.outputTokens > 0 ? [{ type: 'usage', usage }] : []
-            out.push(fail(ev.error.errorMessage ?? 'model call failed', { contextOverflow: isContextOverflow(ev.error, model.contextWindow || undefined) }))
+            out.push(fail(ev.error.errorMessage ?? 'model call failed', { contextOverflow: isContextOverflow(ev.error, call.contextWindow), stopReason: ev.error.rawStopReason }))
+          } else if (ev.type === 'done' && refusal !== undefined) {
+            out = [{ type: 'usage', usage: toUsage(ev.message.usage) }, fail(refusal || 'the model refused', { refusal: true })]
           } else if (ev.type === 'done') out = t.done(ev.message, ev.reason)
           else {
             out = t.event(ev)
@@ -234,7 +278,7 @@ class Translator {
     }
   }
 
-  done(message: PiAssistantMessage, reason: 'stop' | 'length' | 'toolUse'): StreamChunk[] {
+  done(message: PiAssistantMessage, reason: 'stop' | 'length' | 'toolUse' | 'deferred'): StreamChunk[] {
     const usage: StreamChunk = { type: 'usage', usage: toUsage(message.usage) }
     if (this.next === 0 && reason === 'stop') {
       return [usage, { type: 'finish', reason: { kind: 'error', failure: { code: 'EMPTY_RESPONSE', message: 'the model returned no content' } } }]
@@ -255,8 +299,22 @@ export function toUsage(u: Usage | undefined): TokenUsage {
   const out: TokenUsage = { inputTokens: n(u?.input), outputTokens: n(u?.output) }
   if (n(u?.cacheRead)) out.cacheReadTokens = n(u?.cacheRead)
   if (n(u?.cacheWrite)) out.cacheWriteTokens = n(u?.cacheWrite)
+  // API.md §4: the part of outputTokens spent reasoning, where the provider reports it
+  if (n(u?.reasoning)) out.reasoningTokens = n(u?.reasoning)
   if (n(u?.cost?.total)) out.costUsd = n(u?.cost?.total)
   return out
+}
+
+/** The APIs whose streams speak OpenAI Responses events (refusal parts included). */
+const RESPONSES_APIS = new Set(['openai-responses', 'azure-openai-responses', 'openai-codex-responses'])
+
+/** Follows a raw Responses event: a refusal part starts the refusal text, its deltas grow it. */
+function refusalOf(raw: unknown, sofar: string | undefined): string | undefined {
+  const e = raw as { type?: unknown; part?: { type?: unknown }; delta?: unknown; refusal?: unknown }
+  if (e?.type === 'response.content_part.added' && e.part?.type === 'refusal') return sofar ?? ''
+  if (e?.type === 'response.refusal.delta' && typeof e.delta === 'string') return (sofar ?? '') + e.delta
+  if (e?.type === 'response.refusal.done' && typeof e.refusal === 'string') return e.refusal
+  return sofar
 }
 
 /** pi-ai has no stop-sequence option; it is added to the payload of the APIs that take one. */

@@ -12,7 +12,7 @@ import type {
   ToolCall,
   ToolResultMessage as PiToolResultMessage,
   UserMessage as PiUserMessage,
-} from '@mariozechner/pi-ai'
+} from '@earendil-works/pi-ai'
 import type { AssistantMessage, ContentBlock, Json, Message, ToolSchema } from '../session/index.js'
 
 /**

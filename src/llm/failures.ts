@@ -16,6 +16,10 @@ export interface FailureInput {
   streamStarted?: boolean
   /** pi-ai's isContextOverflow verdict for the failed message */
   contextOverflow?: boolean
+  /** the provider's own stop reason of the failed message (pi-ai's rawStopReason) */
+  stopReason?: string
+  /** the answer was a refusal the adapter recognized itself (an OpenAI Responses refusal part) */
+  refusal?: boolean
   /** strings that must never appear in the failure (API keys) */
   secrets?: readonly string[]
   now?: number
@@ -30,6 +34,16 @@ const RATE_WINDOW_RE = /per (second|minute|hour)|rate[ _-]?limit/i
 const TRANSPORT_RE = /connection error|fetch failed|\bterminated\b|socket hang up|other side closed|network[ _]error|\bECONN(RESET|REFUSED|ABORTED)\b|\bEPIPE\b|\bENOTFOUND\b|\bEAI_AGAIN\b|\bEHOSTUNREACH\b|premature close|UND_ERR_SOCKET/i
 const TIMEOUT_RE = /timed? ?out|timeout|\bETIMEDOUT\b/i
 const NO_KEY_RE = /no api key|api key is required|is not set \(api key\)/i
+// Stop reasons of a provider that declined to answer on its safety or policy grounds, as pi-ai passes them on:
+// Anthropic `refusal` (and `sensitive`), OpenAI `content_filter` (Chat Completions finish_reason, Responses
+// `incomplete` reason), Gemini's safety finish reasons, Bedrock's guardrail and content filter.
+const REFUSAL_STOPS = new Set([
+  'refusal', 'sensitive', 'content_filter', 'incomplete.content_filter',
+  'SAFETY', 'RECITATION', 'BLOCKLIST', 'PROHIBITED_CONTENT', 'SPII', 'IMAGE_SAFETY', 'IMAGE_PROHIBITED_CONTENT', 'IMAGE_RECITATION', 'MODEL_ARMOR',
+  'guardrail_intervened', 'content_filtered',
+])
+// Gemini blocks a prompt before answering ("Google prompt blocked: SAFETY …", pi-ai's text of promptFeedback)
+const PROMPT_BLOCKED_RE = /^(Google|Vertex AI|Google Vertex) prompt blocked: /i
 
 /** Classifies a provider failure into the canonical codes of SPEC §3.5. Pure. */
 export function classifyFailure(input: FailureInput): LlmFailure {
@@ -45,6 +59,11 @@ export function classifyFailure(input: FailureInput): LlmFailure {
     return f
   }
   if (input.aborted) return { message: text, code: 'ABORTED' }
+  // a refusal is an answer, not a fault: terminal, with its own code (SPEC §3.5: normal-mode retry never retries it)
+  if (input.refusal || (input.stopReason !== undefined && REFUSAL_STOPS.has(input.stopReason)) || PROMPT_BLOCKED_RE.test(text)) {
+    // the provider's text may be the model's own words ("I can't help with that."): say what happened first
+    return { ...failure('REFUSAL'), message: /\brefus/i.test(text) ? text : `the model refused to answer: ${text}` }
+  }
 
   const observed = input.status !== undefined && input.status >= 400 ? input.status : undefined
   const status = observed ?? statusFromMessage(text)
@@ -70,9 +89,12 @@ export function classifyFailure(input: FailureInput): LlmFailure {
   return failure('UNKNOWN')
 }
 
-/** pi-ai (through the provider SDKs) starts an HTTP failure's message with the status: "429 …". */
+/**
+ * The HTTP status in pi-ai's text of an HTTP failure: at its start ("429 …", "429: {body}"), or after the
+ * API's label ("OpenAI API error (429): …", pi-ai 1.x's openai-responses).
+ */
 function statusFromMessage(text: string): number | undefined {
-  const m = /^\s*([1-5]\d\d)\b/.exec(text)
+  const m = /^\s*([1-5]\d\d)\b/.exec(text) ?? /^[^\n]{0,80}? error \(([1-5]\d\d)\):/.exec(text)
   return m ? Number(m[1]) : undefined
 }
 

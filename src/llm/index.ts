@@ -5,5 +5,5 @@ export { createLlmService, splitModelRef, THINKING_LEVELS, type LlmLog, type Llm
 export { classifyFailure, parseRetryAfter, type FailureInput } from './failures.js'
 export { toPiContext, dropToolCallsFromReplayState, readReplayState, type ReplayState, type ReplayBlock } from './convert.js'
 export { loadModelsFile, parseModelsFile, type ModelsFile, type ProviderEntry, type ModelEntry } from './models.js'
-export { FAUX_ECHO, FAUX_USAGE, echoReply } from './faux.js'
+export { FAUX_ECHO, FAUX_TOOLS, FAUX_USAGE, echoReply, toolsReply } from './faux.js'
 export { toUsage } from './adapter.js'

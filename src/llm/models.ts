@@ -4,15 +4,16 @@
 // Accepted shape (every field not listed here is an error):
 //   { providers: { <name>: {
 //       api: pi-ai API id (required), baseUrl: URL (required),
-//       apiKey?: 'env:NAME' | literal   (absent: pi-ai's usual variable for the provider name),
-//       headers?: {string: string}, compat?: pi-ai compat object for the api (keys checked),
+//       apiKey?: 'env:NAME' | literal   (absent: the key of pi-ai's built-in provider of that name),
+//       headers?: {string: string}, compat?: pi-ai compat object for the api (keys checked against pi-ai's schema),
 //       retry?: {mode?, maxRetries?, initialDelayMs?, maxDelayMs?, jitterRatio?, codes?}  (SPEC §10.5),
 //       models: [{ id (required), name?, contextWindow?, maxTokens?, reasoning? (default false),
 //                  input?: ('text'|'image')[] (default ['text']),
 //                  cost?: {input, output, cacheRead?, cacheWrite?} (USD per million tokens) }] } } }
 
 import fs from 'node:fs'
-import { getApiProvider } from '@mariozechner/pi-ai'
+import { CompatSchemasByApi } from '@earendil-works/pi-ai/providers/compat-schema'
+import { CHAT_APIS } from './apis.js'
 import { DEFAULT_RETRY_POLICY, type RetryPolicy } from './types.js'
 
 export interface ModelEntry {
@@ -42,15 +43,20 @@ export interface ModelsFile {
   providers: ProviderEntry[]
 }
 
-const COMPAT_KEYS: Record<string, string[]> = {
-  'openai-completions': [
-    'supportsStore', 'supportsDeveloperRole', 'supportsReasoningEffort', 'supportsUsageInStreaming', 'maxTokensField',
-    'requiresToolResultName', 'requiresAssistantAfterToolResult', 'requiresThinkingAsText',
-    'requiresReasoningContentOnAssistantMessages', 'thinkingFormat', 'openRouterRouting', 'vercelGatewayRouting',
-    'zaiToolStream', 'supportsStrictMode', 'cacheControlFormat', 'sendSessionAffinityHeaders', 'supportsLongCacheRetention',
-  ],
-  'openai-responses': ['sendSessionIdHeader', 'supportsLongCacheRetention'],
-  'anthropic-messages': ['supportsEagerToolInputStreaming', 'supportsLongCacheRetention'],
+/** The compat settings pi-ai defines for an API (its own models.json schema), or undefined when it takes none. */
+function compatKeys(api: string): string[] | undefined {
+  const schema = (CompatSchemasByApi as Record<string, { properties?: object }>)[api]
+  return schema?.properties ? Object.keys(schema.properties) : undefined
+}
+
+/** Settings agentd decides itself, with the reason a models file may not set them. */
+const OWN_SETTINGS: Record<string, string> = {
+  // SPEC §8.10: every request carries the whole history the log reconstructs; see service.ts
+  supportsMessageThreads: 'agentd sends the whole history with every request, so Anthropic message threads are always off',
+}
+/** Settings pi-ai 1.x no longer has, and what replaced them. */
+const REPLACED_SETTINGS: Record<string, string> = {
+  sendSessionIdHeader: 'pi-ai 1.x replaced it with sessionAffinityFormat ("openai", "openai-nosession" or "openrouter")',
 }
 
 const RETRY_CODES = ['CONTEXT_WINDOW_EXCEEDED', 'RATE_LIMIT', 'AUTH', 'SERVER', 'TIMEOUT', 'TRANSPORT', 'EMPTY_RESPONSE', 'QUOTA', 'INVALID_REQUEST', 'UNKNOWN']
@@ -90,21 +96,24 @@ function boolean(v: unknown, path: string): boolean {
   return v as boolean
 }
 
-/** Validates parsed models-file JSON; throws an Error whose message starts with the offending path. */
-export function parseModelsFile(json: unknown): ModelsFile {
+/**
+ * Validates parsed models-file JSON; throws an Error whose message starts with the offending path.
+ * `extraApis`: API ids besides pi-ai's that the caller can serve (LlmServiceOptions.extraApis).
+ */
+export function parseModelsFile(json: unknown, extraApis: readonly string[] = []): ModelsFile {
   const root = object(json, '(top level)')
   onlyKeys(root, '', ['providers'])
   const providers = object(root.providers ?? fail('providers', 'required'), 'providers')
-  return { providers: Object.entries(providers).map(([name, raw]) => parseProvider(name, raw, `providers.${name}`)) }
+  return { providers: Object.entries(providers).map(([name, raw]) => parseProvider(name, raw, `providers.${name}`, extraApis)) }
 }
 
-function parseProvider(name: string, raw: unknown, path: string): ProviderEntry {
+function parseProvider(name: string, raw: unknown, path: string, extraApis: readonly string[]): ProviderEntry {
   // the route is split at the first '/', so a provider name must not contain one
   if (name === '' || name.includes('/')) fail(path, 'a provider name must be non-empty and contain no "/"')
   const p = object(raw, path)
   onlyKeys(p, path, ['api', 'baseUrl', 'apiKey', 'headers', 'compat', 'retry', 'models'])
   const api = string(p.api, `${path}.api`)
-  if (!getApiProvider(api)) fail(`${path}.api`, `unknown pi-ai API ${JSON.stringify(api)}`)
+  if (!CHAT_APIS.includes(api) && !extraApis.includes(api)) fail(`${path}.api`, `unknown pi-ai API ${JSON.stringify(api)} (known: ${CHAT_APIS.join(', ')})`)
   const baseUrl = string(p.baseUrl, `${path}.baseUrl`)
   try {
     new URL(baseUrl)
@@ -120,8 +129,12 @@ function parseProvider(name: string, raw: unknown, path: string): ProviderEntry 
   }
   if (p.compat !== undefined) {
     const c = object(p.compat, `${path}.compat`)
-    const allowed = COMPAT_KEYS[api]
+    const allowed = compatKeys(api)
     if (!allowed) fail(`${path}.compat`, `api ${api} takes no compat settings`)
+    for (const k of Object.keys(c)) {
+      if (OWN_SETTINGS[k]) fail(`${path}.compat.${k}`, `not a setting of the models file: ${OWN_SETTINGS[k]}`)
+      if (REPLACED_SETTINGS[k] && !allowed!.includes(k)) fail(`${path}.compat.${k}`, `unknown field: ${REPLACED_SETTINGS[k]}`)
+    }
     onlyKeys(c, `${path}.compat`, allowed!)
     out.compat = structuredClone(c)
   }
@@ -204,7 +217,7 @@ function parseRetry(raw: unknown, path: string): RetryPolicy {
 }
 
 /** Reads and validates a models file (AGENTD_MODELS); errors name the file and the field. */
-export function loadModelsFile(file: string): ModelsFile {
+export function loadModelsFile(file: string, extraApis: readonly string[] = []): ModelsFile {
   let text: string
   try {
     text = fs.readFileSync(file, 'utf8')
@@ -218,7 +231,7 @@ export function loadModelsFile(file: string): ModelsFile {
     throw new Error(`models file ${file}: not valid JSON (${(e as Error).message})`)
   }
   try {
-    return parseModelsFile(json)
+    return parseModelsFile(json, extraApis)
   } catch (e) {
     throw new Error(`models file ${file}: ${(e as Error).message}`)
   }

@@ -96,6 +96,8 @@ export interface LlmService {
   prepareCall(config: LlmCallConfig, signal: AbortSignal): Promise<PreparedCall>
   /** The context window of a route, or undefined (SPEC §12.2 step 3). */
   contextWindow(provider: string, model: string): number | undefined
+  /** A session's Agent went away: forget whatever the model clients keep for it in this process. */
+  endSession(sessionId: string): void
 }
 
 export type { Json }

@@ -6,7 +6,7 @@
 import crypto from 'node:crypto'
 import type { Context } from 'cordis'
 import { agentOf, errorChain, newMessageId, type Agent } from '../agent/index.js'
-import { assembleBlocks, estimateText, nodeTokens, type ContentBlock, type Json, type LlmFailure, type Message, type SessionState, type StreamChunk, type SurfaceNode, type TokenUsage } from '../session/index.js'
+import { assembleBlocks, estimateText, nodeTokens, type ContentBlock, type Json, type LlmCallConfig, type LlmFailure, type Message, type SessionState, type StreamChunk, type SurfaceNode, type TokenUsage } from '../session/index.js'
 import type { LlmRequest, LlmService } from '../llm/index.js'
 import { PRUNER, type Pruner } from './tool-result-pruner.js'
 
@@ -144,6 +144,17 @@ function summaryRoute(state: SessionState, c: CompactionConfig): { provider: str
 }
 
 /**
+ * The session's own model settings for a summary call: its latest request header's config but the route,
+ * the output cap (compaction has its own) and stop sequences (which would cut the summary). Without them a
+ * reasoning model on openai-responses gets `reasoning: {effort: "none"}`, which models before gpt-5.1
+ * reject, so compaction would fail exactly when the context overflows (issue 34).
+ */
+function sessionSettings(state: SessionState): Omit<LlmCallConfig, 'provider' | 'model'> {
+  const { provider: _p, model: _m, maxTokens: _t, stop: _s, ...settings } = state.latestHeader?.header.config ?? ({} as LlmCallConfig)
+  return settings
+}
+
+/**
  * Runs one summary over a selected range: compaction/start first (the durable lock), then the
  * summary call, then summary + checkpoint + end in one unit; on failure compaction/end {error}.
  * Returns whether the surface changed.
@@ -172,7 +183,7 @@ export async function summarize(agent: Agent, d: SummaryDeps, turn: number | nul
     const prefix: Message[] = [...(head ? [head] : []), ...(sel.nodes.map((n) => n.message).filter(Boolean) as Message[])]
     const instruction: Message = { id: newMessageId(), role: 'user', content: [{ type: 'text', text: SUMMARY_INSTRUCTION }], source: { kind: 'plugin', plugin: 'compaction' } }
     const cap = d.config.maxTokens
-    const prepared = await d.llm.prepareCall({ provider: route.provider, model: route.model, maxTokens: cap }, signal)
+    const prepared = await d.llm.prepareCall({ ...sessionSettings(state), provider: route.provider, model: route.model, maxTokens: cap }, signal)
     const tools = state.latestHeader?.header.tools
     const request: LlmRequest = { ...prepared.config, messages: [...prefix, instruction], ...(tools ? { tools } : {}), sessionId: agent.id, signal, purpose: 'compaction' }
     const chunks: StreamChunk[] = []

@@ -9,6 +9,8 @@ export interface UsageTotals {
   outputTokens: number
   cacheReadTokens: number
   cacheWriteTokens: number
+  /** the part of outputTokens spent reasoning, where the provider reported it (API.md §4) */
+  reasoningTokens: number
   costUsd: number
 }
 
@@ -31,6 +33,7 @@ export function usageTotals(u: TokenUsage | undefined): UsageTotals {
     outputTokens: u?.outputTokens ?? 0,
     cacheReadTokens: u?.cacheReadTokens ?? 0,
     cacheWriteTokens: u?.cacheWriteTokens ?? 0,
+    reasoningTokens: u?.reasoningTokens ?? 0,
     costUsd: u?.costUsd ?? 0,
   }
 }
@@ -54,6 +57,7 @@ export function addTotals(sum: UsageTotals, l: UsageTotals): void {
   sum.outputTokens += l.outputTokens
   sum.cacheReadTokens += l.cacheReadTokens
   sum.cacheWriteTokens += l.cacheWriteTokens
+  sum.reasoningTokens += l.reasoningTokens
   sum.costUsd += l.costUsd
 }
 

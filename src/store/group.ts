@@ -26,7 +26,7 @@ import { keyLiveGuard, type SideRow } from './side.js'
 import { slotTakeGuard } from './slots.js'
 import { ledgerUpsert, totalsUpsert, usagePeriods } from './usage.js'
 import { DELIVERY_ID_SQL, markDeliveries } from './webhooks.js'
-import type { LedgerEntry } from '../session/index.js'
+import { usageTotals, type LedgerEntry, type UsageTotals } from '../session/index.js'
 
 export interface GroupUnit {
   key: string
@@ -77,7 +77,7 @@ const GROUP_HEAD = `WITH v AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb -> 'u')
     AS v(ord int, key uuid, expect_seq int, lease_owner text, lease_token bigint, f_run text, f_cancel bool, f_wake bool, slot_guard bool, next_seq int, last_time bigint,
       inbox text, set_open bool, open_turn int, run_state text, wake_mode int, cancel bool, wake bool, last_turn text, set_cont bool, cont int,
-      ui bigint, uo bigint, ucr bigint, ucw bigint, uc float8, slot_take bool, slot_free bool, wh_type text, wh_turn int, wh_seq int, wh_extra text, wh_time bigint,
+      ui bigint, uo bigint, ucr bigint, ucw bigint, urs bigint, uc float8, slot_take bool, slot_free bool, wh_type text, wh_turn int, wh_seq int, wh_extra text, wh_time bigint,
       key_id uuid)
 ), moved AS (
   UPDATE sessions s SET next_seq = v.next_seq, last_time = v.last_time, updated_at = v.last_time,
@@ -90,7 +90,7 @@ const GROUP_HEAD = `WITH v AS (
     last_turn = coalesce(v.last_turn, s.last_turn),
     continue_turn = CASE WHEN v.set_cont THEN v.cont ELSE s.continue_turn END,
     input_tokens = s.input_tokens + v.ui, output_tokens = s.output_tokens + v.uo, cache_read_tokens = s.cache_read_tokens + v.ucr,
-    cache_write_tokens = s.cache_write_tokens + v.ucw, cost_usd = s.cost_usd + v.uc
+    cache_write_tokens = s.cache_write_tokens + v.ucw, reasoning_tokens = s.reasoning_tokens + v.urs, cost_usd = s.cost_usd + v.uc
   FROM v
   WHERE s.key = v.key AND s.next_seq = v.expect_seq
     AND (v.lease_owner IS NULL OR (s.lease_owner = v.lease_owner AND s.lease_token = v.lease_token))
@@ -264,7 +264,6 @@ function groupStatement(units: readonly GroupUnit[]): { sql: string; params: unk
     if (slotTake) mask |= SIDE.slotTake
     if (slotFree) mask |= SIDE.slotFree
     if (hook) mask |= SIDE.hooks
-    const usage = patch.usage
     // absent members read as NULL (jsonb_to_recordset)
     u.push({
       ord,
@@ -288,11 +287,7 @@ function groupStatement(units: readonly GroupUnit[]): { sql: string; params: unk
       last_turn: patch.lastTurn ? JSON.stringify(patch.lastTurn) : undefined,
       set_cont: patch.continueTurn !== undefined,
       cont: patch.continueTurn ?? undefined,
-      ui: usage?.inputTokens ?? 0,
-      uo: usage?.outputTokens ?? 0,
-      ucr: usage?.cacheReadTokens ?? 0,
-      ucw: usage?.cacheWriteTokens ?? 0,
-      uc: usage?.costUsd ?? 0,
+      ...usageColumns(patch.usage),
       slot_take: slotTake,
       slot_free: slotFree,
       wh_type: hook?.event.type,
@@ -413,4 +408,10 @@ export function groupCommitter(db: Db, single: (u: GroupUnit) => Promise<UnitOut
   let c = committers.get(db)
   if (!c) committers.set(db, (c = new GroupCommitter(db, single)))
   return c
+}
+
+/** A unit's usage as the `v` columns the row's sums add (absent: nothing). */
+function usageColumns(usage: UsageTotals | undefined) {
+  const u = usageTotals(usage)
+  return { ui: u.inputTokens, uo: u.outputTokens, ucr: u.cacheReadTokens, ucw: u.cacheWriteTokens, urs: u.reasoningTokens, uc: u.costUsd }
 }

@@ -46,7 +46,7 @@ export interface SessionRow extends SessionSpec {
 
 export const COLUMNS = `key, tenant_id, id, title, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at,
   next_seq, last_time, updated_at, open_turn, run_state, cancel_pending, wake_latched, lease_owner, lease_token, lease_expires_at,
-  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, last_turn, continue_turn, mcp_servers`
+  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, last_turn, continue_turn, mcp_servers`
 
 export type Raw = Record<string, unknown>
 
@@ -78,6 +78,7 @@ export function toRow(r: Raw): SessionRow {
       outputTokens: Number(r.output_tokens),
       cacheReadTokens: Number(r.cache_read_tokens),
       cacheWriteTokens: Number(r.cache_write_tokens),
+      reasoningTokens: Number(r.reasoning_tokens),
       costUsd: Number(r.cost_usd),
     },
     lastTurn: r.last_turn ? (JSON.parse(r.last_turn as string) as LastTurn) : null,

@@ -199,6 +199,7 @@ export function rowSets(log: { nextSeq: number; lastTime: number } | null, p: Ro
     add('output_tokens = output_tokens + ?', p.usage.outputTokens)
     add('cache_read_tokens = cache_read_tokens + ?', p.usage.cacheReadTokens)
     add('cache_write_tokens = cache_write_tokens + ?', p.usage.cacheWriteTokens)
+    add('reasoning_tokens = reasoning_tokens + ?', p.usage.reasoningTokens)
     add('cost_usd = cost_usd + ?', p.usage.costUsd)
   }
   return sets

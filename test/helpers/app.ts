@@ -75,7 +75,7 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
   const opts: StartOptions = {
     db: o.wrapDb ? o.wrapDb(testDb.db) : testDb.db,
     log: o.logStream ? pino({ level: config.logLevel, redact: LOG_REDACT }, o.logStream) : pino({ level: config.logLevel }),
-    llm: { extraModels: models.models, defaultModel: models.ref(), models: { providers: {} } },
+    llm: { extraProviders: [models.provider], defaultModel: models.ref(), models: { providers: {} } },
     plugins: o.plugins?.map((p) => (root: Context) => p(root, testDb.db)),
     clock: o.clock,
     mcpCallTimeoutMs: o.mcpCallTimeoutMs,

@@ -1,17 +1,25 @@
-// A scripted model registered with pi-ai (registerApiProvider): tests queue answers per session and
-// see every request pi-ai was given. Requests reach it through agentd's real pi-ai adapter.
+// A scripted model: a pi-ai provider (createProvider) that agentd routes to like any other (the
+// service's extraProviders): tests queue answers per session and see every request pi-ai was given.
+// Requests reach it through agentd's real pi-ai adapter.
 
 import crypto from 'node:crypto'
 import {
   createAssistantMessageEventStream,
-  registerApiProvider,
-  unregisterApiProviders,
+  createProvider,
+  getInitialSystemMessage,
+  getSystemMessageText,
+  withoutInitialSystemMessage,
   type AssistantMessage,
   type AssistantMessageEventStream,
   type Context,
+  type JsonObject,
   type Model,
+  type Provider,
+  type ProviderStreams,
   type SimpleStreamOptions,
-} from '@mariozechner/pi-ai'
+  type ToolCall,
+  type TranscriptContext,
+} from '@earendil-works/pi-ai'
 
 export interface Step {
   /** text deltas, in order */
@@ -20,7 +28,8 @@ export interface Step {
   toolCalls?: Array<{ id: string; name: string; arguments: Record<string, unknown> }>
   /** pi-ai stop reason of a success (default stop, or toolUse with tool calls) */
   stop?: 'stop' | 'length' | 'toolUse'
-  usage?: { input: number; output: number; cacheRead?: number; cacheWrite?: number; costUsd?: number }
+  /** reasoning: the part of output spent reasoning (pi-ai's Usage.reasoning) */
+  usage?: { input: number; output: number; cacheRead?: number; cacheWrite?: number; reasoning?: number; costUsd?: number }
   /** fail with this pi-ai error message (HTTP failures start with the status: "500 …") */
   error?: string
   /** wait until the request is aborted after the deltas (a hung stream) */
@@ -38,6 +47,7 @@ export interface Recorded {
   n: number
   sessionId?: string
   model: string
+  /** what agentd built: the transcript pi-ai was given, its leading system message as `systemPrompt` and `tools` */
   context: Context
   options: SimpleStreamOptions | undefined
   at: number
@@ -55,24 +65,32 @@ const tick = () => new Promise<void>((r) => setImmediate(r))
 
 export class ScriptedModels {
   readonly api = `test-scripted-${crypto.randomBytes(3).toString('hex')}`
-  readonly provider = 'test'
   readonly requests: Recorded[] = []
   private readonly queues = new Map<string, Array<Step | StepFn>>()
   private readonly fallbacks = new Map<string, Step | StepFn>()
   private readonly waiters = new Set<() => void>()
+  /** the pi-ai provider for createLlmService({extraProviders}) */
+  readonly provider: Provider
+  /** the same implementation as an API a models file can name (createLlmService({extraApis: {[api]: streams}})) */
+  readonly streams: ProviderStreams
 
   constructor(readonly defs: ScriptedModelDef[] = [{ id: 'scripted', contextWindow: 8192, maxTokens: 1024 }]) {
-    const stream = (model: Model<string>, context: Context, options?: SimpleStreamOptions) => this.stream(model, context, options)
-    registerApiProvider({ api: this.api, stream, streamSimple: stream }, this.api)
+    const stream = (model: Model<string>, context: TranscriptContext, options?: SimpleStreamOptions) => this.stream(model, context, options)
+    this.streams = { stream, streamSimple: stream }
+    this.provider = createProvider({ id: this.providerId, auth: { apiKey: { name: 'none', resolve: async () => ({ auth: {} }) } }, models: this.models, api: this.streams })
   }
 
-  /** pi-ai models for createLlmService({extraModels}) */
+  get providerId(): string {
+    return 'test'
+  }
+
+  /** the pi-ai models of the provider */
   get models(): Model<string>[] {
     return this.defs.map((d) => ({
       id: d.id,
       name: d.id,
       api: this.api,
-      provider: this.provider,
+      provider: this.providerId,
       baseUrl: '',
       reasoning: false,
       input: ['text'] as ('text' | 'image')[],
@@ -83,7 +101,7 @@ export class ScriptedModels {
   }
 
   ref(id = this.defs[0].id): string {
-    return `${this.provider}/${id}`
+    return `${this.providerId}/${id}`
   }
 
   script(sessionId: string, ...steps: Array<Step | StepFn>): void {
@@ -120,14 +138,12 @@ export class ScriptedModels {
     }
   }
 
-  close(): void {
-    unregisterApiProviders(this.api)
-  }
+  close(): void {}
 
-  private stream(model: Model<string>, context: Context, options?: SimpleStreamOptions): AssistantMessageEventStream {
+  private stream(model: Model<string>, transcript: TranscriptContext, options?: SimpleStreamOptions): AssistantMessageEventStream {
     const out = createAssistantMessageEventStream()
     const sessionId = options?.sessionId
-    const rec: Recorded = { n: this.requests.length + 1, sessionId, model: model.id, context: structuredClone(context), options, at: Date.now(), aborted: false }
+    const rec: Recorded = { n: this.requests.length + 1, sessionId, model: model.id, context: denormalize(transcript), options, at: Date.now(), aborted: false }
     this.requests.push(rec)
     for (const w of [...this.waiters]) w()
     this.waiters.clear()
@@ -185,7 +201,7 @@ export class ScriptedModels {
         index++
       }
       for (const tc of s.toolCalls ?? []) {
-        const b = { type: 'toolCall' as const, id: tc.id, name: tc.name, arguments: tc.arguments }
+        const b: ToolCall = { type: 'toolCall', id: tc.id, name: tc.name, arguments: tc.arguments as JsonObject }
         message.content.push(b)
         out.push({ type: 'toolcall_start', contentIndex: index, partial: message })
         out.push({ type: 'toolcall_delta', contentIndex: index, delta: JSON.stringify(tc.arguments), partial: message })
@@ -198,6 +214,7 @@ export class ScriptedModels {
       if (s.error) return fail('error', s.error)
       const u = s.usage ?? { input: 10, output: 5 }
       message.usage = { ...zeroUsage(), input: u.input, output: u.output, cacheRead: u.cacheRead ?? 0, cacheWrite: u.cacheWrite ?? 0, totalTokens: u.input + u.output }
+      if (u.reasoning !== undefined) message.usage.reasoning = u.reasoning
       if (u.costUsd) message.usage.cost = { input: u.costUsd, output: 0, cacheRead: 0, cacheWrite: 0, total: u.costUsd }
       const stop = s.stop ?? (s.toolCalls?.length ? 'toolUse' : 'stop')
       message.stopReason = stop
@@ -206,6 +223,18 @@ export class ScriptedModels {
     })()
     return out
   }
+}
+
+/** The Context agentd built back from the transcript pi-ai made of it (normalizeContext). */
+function denormalize(t: TranscriptContext): Context {
+  const head = getInitialSystemMessage(t.messages)
+  const ctx: Context = { messages: structuredClone(withoutInitialSystemMessage(t.messages)) }
+  if (head) {
+    const text = getSystemMessageText(head)
+    if (text !== '') ctx.systemPrompt = text
+    if (head.toolsAdded?.length) ctx.tools = structuredClone(head.toolsAdded)
+  }
+  return ctx
 }
 
 function aborted(signal: AbortSignal | undefined): Promise<void> {

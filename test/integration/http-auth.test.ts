@@ -190,7 +190,7 @@ describe.each(DB_KINDS)('authentication and tenants on %s', (kind) => {
       LOG_LEVEL: 'silent',
       ...(db.url ? { DATABASE_URL: db.url } : { AGENTD_DATA_DIR: db.dataDir! }),
     }
-    const app = await startApp(loadConfig(env), { db: db.db, log: pino({ level: 'silent' }), listen: false, llm: { extraModels: t.models.models, defaultModel: t.models.ref(), models: { providers: {} } } })
+    const app = await startApp(loadConfig(env), { db: db.db, log: pino({ level: 'silent' }), listen: false, llm: { extraProviders: [t.models.provider], defaultModel: t.models.ref(), models: { providers: {} } } })
     try {
       const own = await tenants.createTenant(db.db, 'direct')
       const count = async () => (await db.db.query<{ n: number }>('SELECT count(*)::int AS n FROM tenants')).rows[0].n

@@ -9,7 +9,7 @@ import { gate } from '../helpers/scripted.js'
 import type { SessionEvent } from '../../src/session/index.js'
 
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
-const zeroUsage = { inputTokens: 0, outputTokens: 0, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0 }
+const zeroUsage = { inputTokens: 0, outputTokens: 0, cacheReadTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0, costUsd: 0 }
 const types = (evs: Array<{ type: string }>) => evs.map((e) => e.type)
 
 /** Waits until Date.now() has moved past `ms`, so two writes get distinct times. */
@@ -44,7 +44,7 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
   }
 
   /** Runs one completed turn for a session with the given usage; returns the log. */
-  const runTurn = async (id: string, turn: number, text: string, usage: { input: number; output: number }, key?: string) => {
+  const runTurn = async (id: string, turn: number, text: string, usage: { input: number; output: number; reasoning?: number }, key?: string) => {
     t.models.script(id, { text: [text], usage })
     const r = await t.api('POST', `/v1/sessions/${id}/followup`, { content: `prompt ${turn}` }, key ? { key } : {})
     expect(r.status).toBe(202)
@@ -172,13 +172,14 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
     expect(list.sessions[0].headSeq).toBe(0)
     // a turn on b: b first, and its updatedAt is the time of its turn/end (the last durable event)
     await nextMs(evA.at(-1)!.time)
-    const evB = await runTurn(b.id, 1, 'ok', { input: 3, output: 2 }, ten.key)
+    const evB = await runTurn(b.id, 1, 'ok', { input: 3, output: 2, reasoning: 1 }, ten.key)
     list = (await ten.api('GET', '/v1/sessions')).body
     expect(list.sessions.map((x: any) => x.id)).toEqual([b.id, a.id, c.id])
     const bObj = list.sessions[0]
     expect(bObj.updatedAt).toBe(new Date(evB.at(-1)!.time).toISOString())
     expect(bObj.headSeq).toBe(evB.at(-1)!.seq)
-    expect(bObj.usage).toEqual({ inputTokens: 3, outputTokens: 2, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0 })
+    // reasoningTokens: the part of the output the model reported as reasoning (API.md §4)
+    expect(bObj.usage).toEqual({ inputTokens: 3, outputTokens: 2, cacheReadTokens: 0, cacheWriteTokens: 0, reasoningTokens: 1, costUsd: 0 })
     expect((await ten.api('GET', `/v1/sessions/${b.id}`)).body).toEqual(bObj)
     // a patch is not activity
     await ten.api('PATCH', `/v1/sessions/${c.id}`, { title: 'renamed' })
@@ -289,8 +290,8 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
     beforeAll(async () => {
       src = await t.createSession({ system: 'fork me', metadata: { tag: 'src' }, maxTokens: 200 })
       await t.api('PATCH', `/v1/sessions/${src.id}`, { title: 'source title' })
-      await runTurn(src.id, 1, 'one', { input: 7, output: 3 })
-      log = await runTurn(src.id, 2, 'two', { input: 11, output: 5 })
+      await runTurn(src.id, 1, 'one', { input: 7, output: 3, reasoning: 2 })
+      log = await runTurn(src.id, 2, 'two', { input: 11, output: 5, reasoning: 4 })
       turn1End = log.find((e) => e.type === 'turn/end' && (e.data as any).turn === 1)!
       expectValidLog(log)
     })
@@ -321,7 +322,7 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
       expect(child.headSeq).toBe(seed.seq)
       expect(child.updatedAt).toBe(new Date(seed.time).toISOString())
       // usage: the fold of the copied attempts, here all of them
-      expect(child.usage).toEqual({ inputTokens: 18, outputTokens: 8, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0 })
+      expect(child.usage).toEqual({ inputTokens: 18, outputTokens: 8, cacheReadTokens: 0, cacheWriteTokens: 0, reasoningTokens: 6, costUsd: 0 })
       expect(before.usage).toEqual(child.usage)
       // lastTurn: the copied log's latest turn/end, turn 2
       const end2 = log.filter((e) => e.type === 'turn/end').at(-1)!
@@ -347,7 +348,7 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
         const evs = await childLog(r.body.id)
         expect(evs.slice(0, -1)).toEqual(log.filter((e) => e.seq <= turn1End.seq))
         expect(evs.at(-1)).toMatchObject({ seq: turn1End.seq + 1, type: 'session/end-seed', data: {} })
-        expect(r.body.usage).toEqual({ inputTokens: 7, outputTokens: 3, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0 })
+        expect(r.body.usage).toEqual({ inputTokens: 7, outputTokens: 3, cacheReadTokens: 0, cacheWriteTokens: 0, reasoningTokens: 2, costUsd: 0 })
         expect(r.body.headSeq).toBe(turn1End.seq + 1)
         expect(r.body.lastTurn).toEqual({ turn: 1, reason: { kind: 'completed' }, endedAt: new Date(turn1End.time).toISOString() })
       }
@@ -375,7 +376,7 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
       ])
       expect(pendingId).toBeTruthy()
       expect((await t.api('GET', `/v1/sessions/${r.body.id}/inbox`)).body).toEqual({ nextTurn: [], nextStep: [] })
-      expect(r.body.usage).toEqual({ inputTokens: 7, outputTokens: 3, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0 })
+      expect(r.body.usage).toEqual({ inputTokens: 7, outputTokens: 3, cacheReadTokens: 0, cacheWriteTokens: 0, reasoningTokens: 2, costUsd: 0 })
       // the child does not run the copied-then-cancelled prompt on its own
       expect(r.body.status).toBe('idle')
     })
@@ -480,7 +481,7 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
       expect(req.context.systemPrompt).toContain('fork me')
       expect(req.context.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'user'])
       const childObj = (await t.api('GET', `/v1/sessions/${child.id}`)).body
-      expect(childObj.usage).toEqual({ inputTokens: 9, outputTokens: 4, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0 })
+      expect(childObj.usage).toEqual({ inputTokens: 9, outputTokens: 4, cacheReadTokens: 0, cacheWriteTokens: 0, reasoningTokens: 2, costUsd: 0 })
       // the source did not move
       expect(await t.events(src.id)).toEqual(srcBefore.events)
       expect((await t.api('GET', `/v1/sessions/${src.id}`)).body).toEqual(srcBefore.obj)

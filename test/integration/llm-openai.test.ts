@@ -89,6 +89,12 @@ describe('chunk translation (SPEC §8.11, §16.3)', () => {
     expect(chunks.find((c) => c.type === 'usage')).toEqual({ type: 'usage', usage: { inputTokens: 40, outputTokens: 5, cacheReadTokens: 60 } })
   })
 
+  it('reports the reasoning part of the output as reasoningTokens (API.md §4)', async () => {
+    srv.script({ reasoning: ['hmm'], chunks: ['ok'], usage: { prompt_tokens: 50, completion_tokens: 30, completion_tokens_details: { reasoning_tokens: 22 } } })
+    const chunks = await stream([user('hi')])
+    expect(chunks.find((c) => c.type === 'usage')).toEqual({ type: 'usage', usage: { inputTokens: 50, outputTokens: 30, reasoningTokens: 22 } })
+  })
+
   it('reports the cost of a priced model (USD per million tokens) as costUsd', async () => {
     srv.script({ chunks: ['ok'], usage: { prompt_tokens: 1000, completion_tokens: 100 } })
     const chunks = await stream([user('hi')], { config: { model: 'priced' } })
@@ -201,14 +207,14 @@ describe('failures (SPEC §8.11)', () => {
   it('500 → SERVER with status, after exactly one request', async () => {
     srv.script({ error: { status: 500, body: { error: { message: 'upstream exploded', type: 'server_error' } } } })
     const chunks = await stream([user('hi')])
-    expect(chunks).toEqual([{ type: 'finish', reason: { kind: 'error', failure: { code: 'SERVER', status: 500, message: '500 upstream exploded' } } }])
+    expect(chunks).toEqual([{ type: 'finish', reason: { kind: 'error', failure: { code: 'SERVER', status: 500, message: '500: {"message":"upstream exploded","type":"server_error"}' } } }])
     expect(srv.requests).toHaveLength(1)
   })
 
   it('429 with retry-after-ms → RATE_LIMIT with providerRetryAfterMs and the request id, one request only', async () => {
     srv.script({ error: { status: 429, headers: { 'retry-after-ms': '1500', 'x-request-id': 'req_42' }, body: { error: { message: 'Rate limit reached', type: 'rate_limit' } } } })
     const f = finish(await stream([user('hi')]))
-    expect(f.reason).toEqual({ kind: 'error', failure: { code: 'RATE_LIMIT', status: 429, message: '429 Rate limit reached', providerRetryAfterMs: 1500, requestId: 'req_42' } })
+    expect(f.reason).toEqual({ kind: 'error', failure: { code: 'RATE_LIMIT', status: 429, message: '429: {"message":"Rate limit reached","type":"rate_limit"}', providerRetryAfterMs: 1500, requestId: 'req_42' } })
     expect(srv.requests).toHaveLength(1)
   })
 
@@ -249,7 +255,7 @@ describe('failures (SPEC §8.11)', () => {
     const call = await other.prepareCall({ provider: 'gone', model: 'm' }, new AbortController().signal)
     const chunks: StreamChunk[] = []
     for await (const c of call.stream(Object.freeze({ ...call.config, messages: [user('hi')], sessionId: 's', signal: new AbortController().signal }))) chunks.push(c)
-    expect(chunks).toEqual([{ type: 'finish', reason: { kind: 'error', failure: { code: 'TRANSPORT', message: 'Connection error.' } } }])
+    expect(chunks).toEqual([{ type: 'finish', reason: { kind: 'error', failure: { code: 'TRANSPORT', message: 'Connection error.: bad port' } } }])
   })
 
   it('an in-band error inside a started stream → SERVER', async () => {
@@ -277,16 +283,11 @@ describe('failures (SPEC §8.11)', () => {
   })
 
   it('a catalogue route without its key in the environment → AUTH, without a request', async () => {
-    const saved = process.env.GROQ_API_KEY
-    delete process.env.GROQ_API_KEY
-    try {
-      const call = await llm.prepareCall({ provider: 'groq', model: 'llama-3.3-70b-versatile' }, new AbortController().signal)
-      const chunks: StreamChunk[] = []
-      for await (const c of call.stream(Object.freeze({ ...call.config, messages: [user('hi')], sessionId: 's', signal: new AbortController().signal }))) chunks.push(c)
-      expect(chunks).toEqual([{ type: 'finish', reason: { kind: 'error', failure: { code: 'AUTH', message: 'No API key for provider: groq' } } }])
-    } finally {
-      if (saved !== undefined) process.env.GROQ_API_KEY = saved
-    }
+    // the service reads pi-ai's usual variables from its own environment (here `env`, which has no GROQ_API_KEY)
+    const call = await llm.prepareCall({ provider: 'groq', model: 'openai/gpt-oss-20b' }, new AbortController().signal)
+    const chunks: StreamChunk[] = []
+    for await (const c of call.stream(Object.freeze({ ...call.config, messages: [user('hi')], sessionId: 's', signal: new AbortController().signal }))) chunks.push(c)
+    expect(chunks).toEqual([{ type: 'finish', reason: { kind: 'error', failure: { code: 'AUTH', message: 'no API key for provider groq: set the variable pi-ai reads for it (docs/configuration.md#provider-keys)' } } }])
   })
 
   it('reads env:NAME at every call: a changed key is used, a missing one is AUTH without a request', async () => {

@@ -100,7 +100,8 @@ async function startRetryApp(kind: DbKind, problems: string[]): Promise<RetryApp
     db: testDb.db,
     log: pino({ level: 'silent' }),
     llm: {
-      extraModels: models.models,
+      extraProviders: [models.provider],
+      extraApis: { [models.api]: models.streams },
       defaultModel: models.ref(),
       models: { providers: { fast: provider(FAST), always: provider({ ...FAST, mode: 'always' }) } },
     },

@@ -126,7 +126,7 @@ describe.each(DB_KINDS)('restart on %s', (kind) => {
     expect(obj.title).toBe('before restart')
     expect(obj.metadata).toEqual({ m: 1 })
     expect(obj.createdAt).toBe(before.session.createdAt)
-    expect(obj.usage).toEqual({ inputTokens: 32, outputTokens: 10, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0 })
+    expect(obj.usage).toEqual({ inputTokens: 32, outputTokens: 10, cacheReadTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0, costUsd: 0 })
     expect(obj.headSeq).toBe(log.at(-1).seq)
     expect((await api('GET', '/v1/sessions/survivor/inbox')).body).toEqual({ nextTurn: [], nextStep: [] })
   })

@@ -18,7 +18,7 @@ describe('api and worker processes on one database', () => {
   const start = (role: string) =>
     startApp(loadConfig({ PORT: '0', HOST: '127.0.0.1', DATABASE_URL: db.url, AGENTD_ROLE: role, AGENTD_ADMIN_TOKEN: 'admin', LOG_LEVEL: 'silent' }), {
       log: pino({ level: 'silent' }),
-      llm: { extraModels: models.models, defaultModel: models.ref(), models: { providers: {} } },
+      llm: { extraProviders: [models.provider], defaultModel: models.ref(), models: { providers: {} } },
     })
   beforeAll(async () => {
     db = await freshPgDatabase()

@@ -149,13 +149,13 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
       { runState: 'wanted', openTurn: null, cancelPending: true },
       { runState: 'idle', openTurn: null, wakeLatched: true, lastTurn: { turn: 2, reason: { kind: 'completed' }, time: 1_700_000_000_002 } },
       { inbox: inbox as never, continueTurn: 4 },
-      { continueTurn: null, usage: { inputTokens: 7, outputTokens: 3, cacheReadTokens: 2, cacheWriteTokens: 1, costUsd: 0.25 } },
+      { continueTurn: null, usage: { inputTokens: 7, outputTokens: 3, cacheReadTokens: 2, cacheWriteTokens: 1, reasoningTokens: 2, costUsd: 0.25 } },
       {},
     ]
     const row = (key: string) =>
       env.db.query<Record<string, unknown>>(
         `SELECT next_seq, last_time, updated_at, inbox, open_turn, run_state, cancel_pending, wake_latched, last_turn, continue_turn,
-           input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, wake_seq IS NOT NULL AS has_wake_seq FROM sessions WHERE key = $1`,
+           input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, wake_seq IS NOT NULL AS has_wake_seq FROM sessions WHERE key = $1`,
         [key],
       )
     const put = (db: Db, key: string, p: RowPatch) => appendConditional(db, key, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note('p'), note('q')], 1_700_000_000_001), p)
@@ -269,7 +269,7 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
   it("settlements of one tenant's sessions group too: each session's ledger rows, and the period totals summed once over the units that moved", async () => {
     const keys = await Promise.all(Array.from({ length: 10 }, () => newSession()))
     const day = '2031-05-06'
-    const usage = (i: number): SideRow => ({ kind: 'usage', entries: [{ day, model: 'test/m', usage: { inputTokens: 10 + i, outputTokens: 1, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0.5 }, attempts: 1 }] })
+    const usage = (i: number): SideRow => ({ kind: 'usage', entries: [{ day, model: 'test/m', usage: { inputTokens: 10 + i, outputTokens: 1, cacheReadTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0, costUsd: 0.5 }, attempts: 1 }] })
     const settle = (db: Db, key: string, nextSeq: number, i: number) => appendConditional(db, key, { nextSeq }, stamp({ nextSeq, lastTime: 0 }, [note(`settle ${i}`)], 1_700_000_000_001), {}, [usage(i)])
     const c = counting(env.db)
     // unit 4 is stale: it moves nothing and adds nothing to the ledger or the totals
@@ -302,7 +302,7 @@ describe('group commit across pools (PostgreSQL)', () => {
     await t.db.query('INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)', [tenantId, 'pools', Date.now()])
     const pools: Db[] = [t.db, openPg(t.url!, 10), openPg(t.url!, 10)]
     const day = '2031-05-06'
-    const usage: SideRow = { kind: 'usage', entries: [{ day, model: 'test/m', usage: { inputTokens: 10, outputTokens: 1, cacheReadTokens: 0, cacheWriteTokens: 0, costUsd: 0.5 }, attempts: 1 }] }
+    const usage: SideRow = { kind: 'usage', entries: [{ day, model: 'test/m', usage: { inputTokens: 10, outputTokens: 1, cacheReadTokens: 0, cacheWriteTokens: 0, reasoningTokens: 0, costUsd: 0.5 }, attempts: 1 }] }
     const SESSIONS = 12
     const ROUNDS = 30
     const errors: string[] = []

@@ -28,7 +28,7 @@ afterEach(async () => {
 /** A second agentd process on the same PostgreSQL database, with the same scripted models. */
 async function secondProcess(t: TestApp, env: Record<string, string> = {}): Promise<App> {
   const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', DATABASE_URL: t.testDb.url!, AGENTD_ADMIN_TOKEN: ADMIN_TOKEN, AGENTD_DATA_DIR: t.app.config.dataDir, LOG_LEVEL: 'silent', ...env })
-  return startApp(config, { log: pino({ level: 'silent' }), llm: { extraModels: t.models.models, defaultModel: t.models.ref(), models: { providers: {} } } })
+  return startApp(config, { log: pino({ level: 'silent' }), llm: { extraProviders: [t.models.provider], defaultModel: t.models.ref(), models: { providers: {} } } })
 }
 
 /** Samples the tenant's slots and open turns from the database until stopped; keeps the highest of each. */

@@ -1,5 +1,5 @@
-// API.md §15 routes on PostgreSQL and PGlite: GET /v1/usage sums to the sessions' `usage` for the same
-// period and groups by day, model and session (a deleted session's usage stays); the admin routes read
+// API.md §15 routes on PostgreSQL and PGlite: GET /v1/usage sums to the sessions' `usage` (the kinds its rows
+// have: API.md §15 lists no reasoningTokens) for the same period and groups by day, model and session (a deleted session's usage stays); the admin routes read
 // and set limits, and bad input — negative or non-numeric limits, unknown fields, a foreign tenant —
 // is 400/404 with nothing written; requestsPerMin is one bucket for all of a tenant's keys.
 
@@ -53,10 +53,10 @@ describe.each(DB_KINDS)('limits and usage routes on %s', (kind) => {
       [t.models.ref('other'), 2],
       [t.models.ref('scripted'), 2],
     ])
-    expect(close(sum(byModel.filter((r: any) => r.model === t.models.ref('other'))))).toEqual(close(sessions[1]))
+    expect(close(sum(byModel.filter((r: any) => r.model === t.models.ref('other'))))).toEqual(close(sum([sessions[1]])))
     const bySession = (await t.api('GET', `/v1/usage?groupBy=session&from=${today()}&to=${today()}`)).body.usage
     expect(bySession.map((r: any) => r.sessionId).sort()).toEqual([a.id, b.id].sort())
-    for (const [i, id] of [a.id, b.id].entries()) expect(close(sum(bySession.filter((r: any) => r.sessionId === id)))).toEqual(close(sessions[i]))
+    for (const [i, id] of [a.id, b.id].entries()) expect(close(sum(bySession.filter((r: any) => r.sessionId === id)))).toEqual(close(sum([sessions[i]])))
     // another period holds nothing of it
     expect((await t.api('GET', '/v1/usage?from=2020-01-01&to=2020-12-31&groupBy=day')).body.usage).toEqual([])
     // usage is billed: deleting a session leaves it in the ledger

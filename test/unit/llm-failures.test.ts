@@ -35,6 +35,45 @@ describe('classifyFailure (SPEC §8.11)', () => {
     expect(f.message).toBe(input.message)
   })
 
+  it('pi-ai 1.x HTTP failure texts: "<status>: <body>" and "<API> error (<status>): …"', () => {
+    expect(classifyFailure({ message: '503: {"message":"overloaded"}' })).toMatchObject({ code: 'SERVER', status: 503 })
+    expect(classifyFailure({ message: 'OpenAI API error (429): {"message":"Rate limit reached"}' })).toMatchObject({ code: 'RATE_LIMIT', status: 429 })
+    expect(classifyFailure({ message: 'wire-responses API error (401): bad key' })).toMatchObject({ code: 'AUTH', status: 401 })
+  })
+
+  // what pi-ai 1.x reports for a provider that declines to answer: its raw stop reason, or Gemini's prompt block
+  const refusals: Array<[string, FailureInput, string]> = [
+    ['Anthropic refusal with an explanation', { message: 'This request asks for help writing malware.', stopReason: 'refusal', streamStarted: true }, 'the model refused to answer: This request asks for help writing malware.'],
+    ['Anthropic refusal without one', { message: 'The model refused to complete the request', stopReason: 'refusal', streamStarted: true }, 'The model refused to complete the request'],
+    ['Anthropic sensitive', { message: 'Provider stopped with: sensitive', stopReason: 'sensitive', streamStarted: true }, 'the model refused to answer: Provider stopped with: sensitive'],
+    ['Chat Completions content_filter', { message: 'Provider finish_reason: content_filter', stopReason: 'content_filter', streamStarted: true }, 'the model refused to answer: Provider finish_reason: content_filter'],
+    ['Responses incomplete for content_filter', { message: 'Response incomplete: content_filter', stopReason: 'incomplete.content_filter', streamStarted: true }, 'the model refused to answer: Response incomplete: content_filter'],
+    ['Gemini SAFETY', { message: 'Provider stopped with: SAFETY', stopReason: 'SAFETY', streamStarted: true }, 'the model refused to answer: Provider stopped with: SAFETY'],
+    ['Gemini PROHIBITED_CONTENT', { message: 'Provider stopped with: PROHIBITED_CONTENT', stopReason: 'PROHIBITED_CONTENT', streamStarted: true }, 'the model refused to answer: Provider stopped with: PROHIBITED_CONTENT'],
+    ['Gemini RECITATION', { message: 'Provider stopped with: RECITATION', stopReason: 'RECITATION', streamStarted: true }, 'the model refused to answer: Provider stopped with: RECITATION'],
+    ['Gemini prompt blocked', { message: 'Google prompt blocked: SAFETY\nSafety rating: HARM_CATEGORY_DANGEROUS_CONTENT (HIGH)', streamStarted: true }, 'the model refused to answer: Google prompt blocked: SAFETY\nSafety rating: HARM_CATEGORY_DANGEROUS_CONTENT (HIGH)'],
+    ['Vertex prompt blocked', { message: 'Google Vertex prompt blocked: BLOCKLIST', streamStarted: true }, 'the model refused to answer: Google Vertex prompt blocked: BLOCKLIST'],
+    ['Bedrock guardrail', { message: 'Provider stopped with: guardrail_intervened', stopReason: 'guardrail_intervened', streamStarted: true }, 'the model refused to answer: Provider stopped with: guardrail_intervened'],
+    ['an OpenAI Responses refusal part (the adapter)', { message: "I'm sorry, I can't help with that.", refusal: true }, "the model refused to answer: I'm sorry, I can't help with that."],
+  ]
+  it.each(refusals)('REFUSAL: %s', (_name, input, message) => {
+    expect(classifyFailure(input)).toEqual({ code: 'REFUSAL', message })
+  })
+
+  it('other stop reasons are not refusals', () => {
+    for (const stopReason of ['length', 'MAX_TOKENS', 'incomplete.max_output_tokens', 'OTHER', 'MALFORMED_FUNCTION_CALL']) {
+      expect(classifyFailure({ message: `Provider stopped with: ${stopReason}`, stopReason, streamStarted: true }).code).toBe('SERVER')
+    }
+    expect(classifyFailure({ message: 'Provider finish_reason: network_error', stopReason: 'network_error', streamStarted: true }).code).toBe('TRANSPORT')
+  })
+
+  it('REFUSAL is not a retryable code, in the default policy or a models file', async () => {
+    const { DEFAULT_RETRY_POLICY, parseModelsFile } = await import('../../src/llm/index.js')
+    expect(DEFAULT_RETRY_POLICY.codes).not.toContain('REFUSAL')
+    const file = (codes: string[]) => ({ providers: { p: { api: 'openai-completions', baseUrl: 'http://127.0.0.1:9/v1', retry: { codes }, models: [{ id: 'm' }] } } })
+    expect(() => parseModelsFile(file(['REFUSAL']))).toThrow(/providers\.p\.retry\.codes\[0\]: must be one of/)
+  })
+
   it('abort wins over everything and carries no retry hint', () => {
     expect(classifyFailure({ message: '500 boom, try again in 3s', aborted: true })).toEqual({ code: 'ABORTED', message: '500 boom, try again in 3s' })
   })

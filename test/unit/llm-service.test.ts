@@ -1,4 +1,5 @@
-import { fauxAssistantMessage, fauxToolCall, getModel, registerFauxProvider } from '@mariozechner/pi-ai'
+import { fauxAssistantMessage, fauxProvider, fauxToolCall } from '@earendil-works/pi-ai'
+import { getBuiltinModel } from '@earendil-works/pi-ai/providers/all'
 import { describe, expect, it } from 'vitest'
 import { createLlmService, DEFAULT_RETRY_POLICY, FAUX_ECHO, LlmError, type LlmRequest, type PreparedCall } from '../../src/llm/index.js'
 import type { Message, StreamChunk } from '../../src/session/index.js'
@@ -38,9 +39,9 @@ describe('model resolution (API.md §2)', () => {
     expect(llm.resolveModel('local/first')).toEqual({ provider: 'local', model: 'first', api: 'openai-completions', contextWindow: 8192, maxTokens: 1024, reasoning: false })
     // the file's openai/gpt-4o wins over the catalogue's (which is openai-responses)
     expect(llm.resolveModel('openai/gpt-4o')).toMatchObject({ api: 'openai-completions', contextWindow: 1000 })
-    expect(getModel('openai', 'gpt-4o').api).toBe('openai-responses')
+    expect(getBuiltinModel('openai', 'gpt-4o').api).toBe('openai-responses')
     // a model the file's provider does not list falls through to the catalogue
-    const cat = getModel('openai', 'gpt-4o-mini')
+    const cat = getBuiltinModel('openai', 'gpt-4o-mini')
     expect(llm.resolveModel('openai/gpt-4o-mini')).toEqual({ provider: 'openai', model: 'gpt-4o-mini', api: cat.api, contextWindow: cat.contextWindow, maxTokens: cat.maxTokens, reasoning: cat.reasoning })
     expect(llm.resolveModel('anthropic/claude-sonnet-4-5')).toMatchObject({ provider: 'anthropic', api: 'anthropic-messages' })
     expect(llm.resolveModel(FAUX_ECHO)).toEqual({ provider: 'faux', model: 'echo', api: 'agentd-faux', contextWindow: 128000, maxTokens: 4096, reasoning: false })
@@ -48,7 +49,7 @@ describe('model resolution (API.md §2)', () => {
 
   it('splits provider/modelId at the first slash', () => {
     expect(llm.resolveModel('local/org/nested')).toEqual({ provider: 'local', model: 'org/nested', api: 'openai-completions', contextWindow: 4096, reasoning: false })
-    expect(llm.resolveModel('openrouter/ai21/jamba-large-1.7')).toMatchObject({ provider: 'openrouter', model: 'ai21/jamba-large-1.7' })
+    expect(llm.resolveModel('openrouter/anthropic/claude-fable-5')).toMatchObject({ provider: 'openrouter', model: 'anthropic/claude-fable-5' })
   })
 
   it('resolves nothing for unknown routes', () => {
@@ -72,20 +73,16 @@ describe('model resolution (API.md §2)', () => {
   })
 })
 
-describe('extra pi-ai models (e.g. a scripted pi-ai faux provider)', () => {
+describe('extra pi-ai providers (e.g. pi-ai\'s own faux provider)', () => {
   it('routes them after the models file, through the same adapter', async () => {
-    const faux = registerFauxProvider({ provider: 'scripted', models: [{ id: 'bot', contextWindow: 5000, maxTokens: 300 }] })
-    try {
-      faux.setResponses([fauxAssistantMessage([fauxToolCall('lookup', { q: 1 }, { id: 'call-9' })], { stopReason: 'toolUse' })])
-      const llm = createLlmService({ env: {}, extraModels: faux.models })
-      expect(llm.resolveModel('scripted/bot')).toEqual({ provider: 'scripted', model: 'bot', api: faux.api, contextWindow: 5000, maxTokens: 300, reasoning: false })
-      const call = await llm.prepareCall({ provider: 'scripted', model: 'bot' }, signal())
-      const chunks = await collect(call.stream(request(call, [user('go')])))
-      expect(chunks.find((c) => c.type === 'block-end')).toEqual({ type: 'block-end', index: 0, block: { type: 'tool-call', id: 'call-9', name: 'lookup', arguments: '{"q":1}' } })
-      expect(chunks.at(-1)).toMatchObject({ type: 'finish', reason: { kind: 'tool-calls' } })
-    } finally {
-      faux.unregister()
-    }
+    const faux = fauxProvider({ provider: 'scripted', models: [{ id: 'bot', contextWindow: 5000, maxTokens: 300 }] })
+    faux.setResponses([fauxAssistantMessage([fauxToolCall('lookup', { q: 1 }, { id: 'call-9' })], { stopReason: 'toolUse' })])
+    const llm = createLlmService({ env: {}, extraProviders: [faux.provider] })
+    expect(llm.resolveModel('scripted/bot')).toEqual({ provider: 'scripted', model: 'bot', api: faux.api, contextWindow: 5000, maxTokens: 300, reasoning: false })
+    const call = await llm.prepareCall({ provider: 'scripted', model: 'bot' }, signal())
+    const chunks = await collect(call.stream(request(call, [user('go')])))
+    expect(chunks.find((c) => c.type === 'block-end')).toEqual({ type: 'block-end', index: 0, block: { type: 'tool-call', id: 'call-9', name: 'lookup', arguments: '{"q":1}' } })
+    expect(chunks.at(-1)).toMatchObject({ type: 'finish', reason: { kind: 'tool-calls' } })
   })
 })
 
@@ -216,5 +213,39 @@ describe('faux/echo', () => {
     }
     expect(chunks.at(-1)).toEqual({ type: 'finish', reason: { kind: 'aborted', failure: { code: 'ABORTED', message: 'Request was aborted' } } })
     expect(chunks.filter((c) => c.type === 'finish')).toHaveLength(1)
+  })
+})
+
+describe('faux/tools', () => {
+  const llm = createLlmService({ env: {} })
+  const tools = [{ name: 'lookup_order', description: 'Looks an order up.', parameters: { type: 'object', properties: { id: { type: 'integer' } } } }]
+  const run = async (messages: Message[]) => {
+    const call = await llm.prepareCall({ provider: 'faux', model: 'tools' }, signal())
+    return collect(call.stream(request(call, messages, { tools })))
+  }
+  const asstCall = (id: string, args: string): Message => ({ id: `a-${id}`, role: 'assistant', content: [{ type: 'tool-call', id, name: 'lookup_order', arguments: args }], source: { kind: 'model', provider: 'faux', model: 'tools' } })
+  const result = (id: string, text: string): Message => ({ id: `r-${id}`, role: 'user', content: [{ type: 'tool-result', toolCallId: id, isError: false, content: [{ type: 'text', text }] }], source: { kind: 'tool', callId: id } })
+
+  it('resolves as agentd\'s own model, beside faux/echo', () => {
+    expect(llm.resolveModel('faux/tools')).toEqual({ provider: 'faux', model: 'tools', api: 'agentd-faux', contextWindow: 128000, maxTokens: 4096, reasoning: false })
+  })
+
+  it('a /call line is a tool call with its JSON arguments, finishing tool-calls with constant usage', async () => {
+    const chunks = await run([user('/call lookup_order {"id": 7}')])
+    const end = chunks.find((c) => c.type === 'block-end')
+    expect(end).toMatchObject({ type: 'block-end', index: 0, block: { type: 'tool-call', name: 'lookup_order', arguments: '{"id":7}' } })
+    expect(chunks.slice(-2)).toEqual([
+      { type: 'usage', usage: { inputTokens: 12, outputTokens: 6 } },
+      { type: 'finish', reason: { kind: 'tool-calls' } },
+    ])
+  })
+
+  it('after the results it answers with them; the cost does not grow with the history', async () => {
+    const long: Message[] = []
+    for (let i = 0; i < 200; i++) long.push(user('x'.repeat(1000), `u${i}`), asstCall(`c${i}`, '{"id":1}'), result(`c${i}`, 'old'))
+    long.push(user('/call lookup_order {"id": 7}', 'last'), asstCall('c-last', '{"id":7}'), result('c-last', 'Order 7: shipped.'))
+    const chunks = await run(long)
+    expect(chunks.find((c) => c.type === 'block-end')).toEqual({ type: 'block-end', index: 0, block: { type: 'text', text: 'lookup_order: Order 7: shipped.' } })
+    expect(chunks.find((c) => c.type === 'usage')).toEqual({ type: 'usage', usage: { inputTokens: 12, outputTokens: 6 } })
   })
 })

@@ -887,6 +887,7 @@ export interface components {
             costUsd: number;
             inputTokens: number;
             outputTokens: number;
+            reasoningTokens: number;
         };
         UsageAnswer: {
             limits: components["schemas"]["Limits"];

@@ -137,7 +137,7 @@ export async function startTarget(kind: DbKind, env: Record<string, string> = {}
     db: fresh.db,
     log,
     llm: {
-      extraModels: models.models,
+      extraProviders: [models.provider],
       defaultModel: models.ref(),
       env: { ...process.env, FAULTS_PROVIDER_KEY: envKey },
       models: {
