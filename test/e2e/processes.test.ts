@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { openSse, type SseFrame } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
+import { throughSeed } from '../helpers/events.js'
 import { httpTool, ownerPid, startCluster, type Cluster } from './helpers-processes.js'
 
 type Sse = Awaited<ReturnType<typeof openSse>>
@@ -258,7 +259,7 @@ describe('agentd processes on one PostgreSQL', () => {
     // taken over by the survivor (which may already have released the idle session again)
     expect([undefined, c.procs[survivor].pid]).toContain(ownerPid(lease.owner))
     expect(lease.token).toBeGreaterThan(tokenBefore)
-    const after = (await c.waitFor(survivor, s.id, (e) => e.type === 'session/end-seed')).filter((e) => e.seq > last.seq)
+    const after = throughSeed((await c.waitFor(survivor, s.id, (e) => e.type === 'session/end-seed')).filter((e) => e.seq > last.seq))
     expect(after.map((e) => e.type)).toEqual(['tool/result', 'step/end', 'turn/end', 'session/end-seed'])
     const [tr, se, te, seed] = after
     expect(tr.sourceEventSeqs).toEqual([tc.seq])

@@ -8,6 +8,14 @@ type Typed = { type: string }
 type WithData = { type: string; data: unknown }
 
 export const types = (evs: Typed[]) => evs.map((e) => e.type)
+/**
+ * The events up to and including the first `session/end-seed`: crash repair's closers and its marker. A
+ * continuation (SPEC §19) may open right after them, so a repair is judged on this prefix, never on the log's end.
+ */
+export const throughSeed = <E extends Typed>(evs: E[]): E[] => {
+  const i = evs.findIndex((e) => e.type === 'session/end-seed')
+  return i < 0 ? evs : evs.slice(0, i + 1)
+}
 export const ofType = <E extends Typed>(evs: E[], type: string): E[] => evs.filter((e) => e.type === type)
 /** An event's data, untyped. */
 export const d = (e: { data: unknown } | undefined) => e?.data as any

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
-import { d, ofType, turnEnd, types, userTexts } from '../helpers/events.js'
+import { d, ofType, throughSeed, turnEnd, types, userTexts } from '../helpers/events.js'
 import { until } from '../helpers/wait.js'
 import { LOOP_REQUEST } from '../../src/agent/index.js'
 import { DEFAULT_RETRY_POLICY } from '../../src/llm/types.js'
@@ -266,17 +266,18 @@ describe.each(DB_KINDS)('SPEC §16.6 and §16.8 on %s', (kind) => {
     await t.app.db.query(`CREATE FUNCTION reject_turn_end_${suffix}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'turn/end rejected by the test'; END $$`)
     await t.app.db.query(
       `CREATE TRIGGER reject_turn_end_${suffix} BEFORE INSERT ON session_events FOR EACH ROW
-       WHEN (NEW.session_key = '${key}'::uuid AND NEW.type = 'turn/end' AND NEW.body NOT LIKE '%"interrupted"%') EXECUTE FUNCTION reject_turn_end_${suffix}()`,
+       WHEN (NEW.session_key = '${key}'::uuid AND NEW.type = 'turn/end' AND NEW.body LIKE '%"data":{"turn":1,%' AND NEW.body NOT LIKE '%"interrupted"%') EXECUTE FUNCTION reject_turn_end_${suffix}()`,
     )
     try {
-      t.models.script(s.id, { text: ['hello'] })
+      // turn 1's answer, then the crash continuation's (SPEC §19: it opens right after the repair)
+      t.models.script(s.id, { text: ['hello'] }, { text: ['back'] })
       await post(s.id, 'followup', { content: 'hi' })
       await t.models.waitForRequest(s.id, 1)
       const first = await until('the driver', () => t.app.host!.agent(key))
       // the Agent stops driving and the session is released …
       await until('the Agent to stop', () => t.app.host!.agent(key) !== first, 10000)
       // … and whoever takes it next repairs the open turn before anything else
-      const evs = await t.waitFor(s.id, (e) => e.type === 'session/end-seed', 10000)
+      const evs = throughSeed(await t.waitFor(s.id, (e) => e.type === 'session/end-seed', 10000))
       // the answer's unit carried the turn/end, so it was rejected with it (a rejected settlement
       // writes nothing, SPEC §9.3); the turn failed, its step/end committed and its turn/end, a
       // closer, was rejected again: the Agent stopped, and repair closed the turn
@@ -289,12 +290,16 @@ describe.each(DB_KINDS)('SPEC §16.6 and §16.8 on %s', (kind) => {
       await t.app.db.query(`DROP TRIGGER IF EXISTS reject_turn_end_${suffix} ON session_events`)
       await t.app.db.query(`DROP FUNCTION IF EXISTS reject_turn_end_${suffix}()`)
     }
-    t.models.script(s.id, { text: ['back'] })
-    await t.waitIdle(s.id)
-    await post(s.id, 'followup', { content: 'again' })
-    const evs = await t.waitForTurnEnd(s.id, 2)
+    // the continuation of turn 1 runs in the next holder's new loop instance
+    let evs = await t.waitForTurnEnd(s.id, 2)
+    expect(d(ofType(evs, 'turn/start').at(-1))).toEqual({ turn: 2, continues: 1 })
     expect(d(turnEnd(evs, 2)).reason).toEqual({ kind: 'completed' })
     expect(d(ofType(evs, 'request/header').at(-1)).reason).toBe('resume')
+    await t.waitIdle(s.id)
+    t.models.script(s.id, { text: ['again'] })
+    await post(s.id, 'followup', { content: 'again' })
+    evs = await t.waitForTurnEnd(s.id, 3)
+    expect(d(turnEnd(evs, 3)).reason).toEqual({ kind: 'completed' })
     expectValidLog(evs)
   })
 

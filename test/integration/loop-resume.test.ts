@@ -9,7 +9,7 @@ import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import type { Step } from '../helpers/scripted.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
-import { d, ofType, turnEnd, types, userTexts } from '../helpers/events.js'
+import { d, ofType, throughSeed, turnEnd, types, userTexts } from '../helpers/events.js'
 import { until } from '../helpers/wait.js'
 import { eventJson } from '../../src/store/index.js'
 import type { SessionEvent } from '../../src/session/index.js'
@@ -205,9 +205,11 @@ describe.each(DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => 
         [key, events.length, T],
       )
     })
+    // the continuation's answer (SPEC §19.3: it opens right after the repair)
+    t.models.script(s.id, { text: ['checked'] })
     // no delivery: the worker's scan takes the session over within ~2 s
     let evs = await t.waitFor(s.id, (e) => e.type === 'session/end-seed', 8000)
-    const added = evs.slice(events.length)
+    const added = throughSeed(evs.slice(events.length))
     expect(types(added)).toEqual(['tool/result', 'tool/result', 'step/end', 'turn/end', 'session/end-seed'])
     const [r1, r2, stepEnd, end, seed] = added
     expect(d(r1).message.source).toEqual({ kind: 'tool', callId: 'call_first' })
@@ -232,7 +234,6 @@ describe.each(DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => 
     expectValidLog(evs)
     // SPEC §19.3: the crashed holder's wake was unspent, so the holder continues turn 1 without new
     // input: turn 2 {continues: 1} admits nothing new and asks the model, which sees the synthetic results
-    t.models.script(s.id, { text: ['checked'] })
     evs = await t.waitForTurnEnd(s.id, 2, 8000)
     expect(d(ofType(evs, 'turn/start').at(-1))).toEqual({ turn: 2, continues: 1 })
     expect(d(turnEnd(evs, 2)).reason).toEqual({ kind: 'completed' })
