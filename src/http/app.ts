@@ -39,7 +39,8 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
     return503OnClosing: false,
     clientErrorHandler: handleClientError,
     frameworkErrors,
-    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: true, useDefaults: false } },
+    // verbose: a schema error carries its schema, so details can say what the field would have to be (errors.ts)
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: true, useDefaults: false, verbose: true } },
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
   }) as unknown as FastifyInstance
   const routes: RouteDoc[] = []

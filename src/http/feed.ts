@@ -7,6 +7,7 @@ import { badRequest } from '../errors.js'
 import { getSessionByKey } from '../store/index.js'
 import type { FeedEvent, FeedSink, LiveFrame, Subscriber } from '../bus/index.js'
 import type { HttpDeps } from './deps.js'
+import { AFTER_WORDS } from './schemas.js'
 import { sessionOf, sessionStatus } from './session.js'
 
 export const PING_MS = 15000
@@ -26,7 +27,7 @@ const MAX_SEQ = 2 ** 31 - 1
 /** A resume point: an integer seq (`-1` and below read as the whole log). */
 export function parseAfter(raw: string | undefined, what: string): number | undefined {
   if (raw === undefined) return undefined
-  if (!/^-?\d{1,10}$/.test(raw)) throw badRequest(`${what} must be an integer seq`, [{ path: what, message: 'must be an integer seq' }])
+  if (!/^-?\d{1,10}$/.test(raw)) throw badRequest(`${what} must be ${AFTER_WORDS}`, [{ path: what, message: `must be ${AFTER_WORDS}` }])
   return Math.min(MAX_SEQ, Math.max(-1, Number(raw)))
 }
 

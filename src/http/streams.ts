@@ -26,7 +26,7 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
 
   app.get('/sessions/:id/stream', { config: { ...facts, eventStream: true }, schema: { operationId: 'streamSession', summary: 'Server-Sent Events: durable events from a seq, then live frames', params: S.SessionParams, querystring: S.StreamQuery } }, async (req, reply) => {
     const lastEventId = req.headers['last-event-id']
-    const after = parseAfter(typeof lastEventId === 'string' ? lastEventId.trim() : undefined, 'Last-Event-ID') ?? parseAfter((req.query as { after?: string }).after, 'querystring.after') ?? -1
+    const after = parseAfter(typeof lastEventId === 'string' ? lastEventId.trim() : undefined, 'headers.last-event-id') ?? parseAfter((req.query as { after?: string }).after, 'querystring.after') ?? -1
     reply.hijack()
     const res = reply.raw
     res.writeHead(200, {
