@@ -252,30 +252,42 @@ function clientErrorOf(err: NodeJS.ErrnoException): ApiError {
   return badRequest('the request is not valid HTTP/1.1', [{ path: 'request', message: 'malformed' }])
 }
 
-/** How long a connection closed after a parser error keeps reading (and dropping) what the client still sends. */
+/** How long a connection the server closes keeps reading (and dropping) what the client still sends. */
 const LINGER_MS = 2000
-const lingering = new WeakSet<Socket>()
+/** sockets closing in stages, and those whose parser error is being answered */
+const staged = new WeakSet<Socket>()
+const answered = new WeakSet<Socket>()
 
 /**
- * The clientError handler: a §10 answer, then a lingering close. Destroying the socket at once (as
- * Node and fastify do) while the client's bytes are still unread makes the kernel reset the
- * connection, and the client may lose the answer; ending it and reading on lets the answer arrive.
+ * RFC 9112 §9.6's close in stages: the last answer and a FIN now, then what the client still sends (the
+ * rest of a body it was uploading) is read and dropped until it closes too, or LINGER_MS pass. A socket
+ * destroyed with the client's bytes unread makes the kernel reset the connection, and the reset can
+ * erase the answer before the client reads it. `last` is written before the FIN.
+ */
+export function closeInStages(socket: Socket, last?: string): void {
+  if (socket.destroyed || staged.has(socket)) return
+  staged.add(socket)
+  socket.on('error', () => {})
+  if (socket.writable && last !== undefined) socket.end(last)
+  else if (socket.writable) socket.end()
+  socket.resume()
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS)
+  timer.unref()
+  socket.once('end', () => socket.destroy())
+  socket.once('close', () => clearTimeout(timer))
+}
+
+/**
+ * The clientError handler: a §10 answer, then a close in stages (Node and fastify would destroy the
+ * socket at once, resetting a client still sending).
  */
 export function handleClientError(err: NodeJS.ErrnoException, socket: Socket): void {
-  if (err.code === 'ECONNRESET' || socket.destroyed || lingering.has(socket)) return
-  lingering.add(socket)
-  socket.on('error', () => {})
+  if (err.code === 'ECONNRESET' || socket.destroyed || answered.has(socket) || staged.has(socket)) return
+  answered.add(socket)
   const answer = () => {
-    if (socket.writable) {
-      const e = clientErrorOf(err)
-      const body = JSON.stringify(e.toJSON())
-      socket.end(`HTTP/1.1 ${e.status} ${http.STATUS_CODES[e.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
-    }
-    socket.resume()
-    const timer = setTimeout(() => socket.destroy(), LINGER_MS)
-    timer.unref()
-    socket.once('end', () => socket.destroy())
-    socket.once('close', () => clearTimeout(timer))
+    const e = clientErrorOf(err)
+    const body = JSON.stringify(e.toJSON())
+    closeInStages(socket, `HTTP/1.1 ${e.status} ${http.STATUS_CODES[e.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
   }
   // a request parsed before the bad bytes is answered first (HTTP/1.1 pipelining keeps the order)
   const inFlight = (socket as unknown as { _httpMessage?: http.ServerResponse })._httpMessage
@@ -291,8 +303,7 @@ export function handleClientError(err: NodeJS.ErrnoException, socket: Socket): v
     inFlight.shouldKeepAlive = false
     inFlight.writeHead(e.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' })
     inFlight.end(body)
-    socket.resume()
-    setTimeout(() => socket.destroy(), LINGER_MS).unref()
+    inFlight.once('finish', () => closeInStages(socket))
     return
   }
   answer()

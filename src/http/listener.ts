@@ -4,9 +4,10 @@
 // serves, requests are answered `503 unavailable` (GET /healthz 200: the process is up).
 
 import http from 'node:http'
+import type { Socket } from 'node:net'
 import { ConfigError, type Config } from '../config.js'
 import { ApiError } from '../errors.js'
-import { handleClientError } from './errors.js'
+import { closeInStages, handleClientError } from './errors.js'
 
 /** fastify's own default, which it would set on a server it made itself */
 const KEEP_ALIVE_MS = 72_000
@@ -30,6 +31,11 @@ export class Listener {
       (req, res) => (this.app ? this.app(req, res) : starting(req, res)),
     )
     this.server.on('clientError', handleClientError)
+    // Node closes a connection after its last answer (the client asked for close, or the answer says
+    // close) with socket.destroySoon(), which resets a client still sending its body; close in stages
+    this.server.on('connection', (socket: Socket) => {
+      socket.destroySoon = () => closeInStages(socket)
+    })
   }
 
   /** Binds HOST:PORT now; a port or host that cannot be had is a ConfigError naming its variable. */
