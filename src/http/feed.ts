@@ -5,7 +5,7 @@
 import type { FastifyRequest } from 'fastify'
 import { badRequest } from '../errors.js'
 import { getSessionByKey } from '../store/index.js'
-import type { FeedEvent, FeedSink, LiveFrame, Subscriber } from '../bus/index.js'
+import type { FeedEvent, FeedSink, LiveFrame } from '../bus/index.js'
 import type { HttpDeps } from './deps.js'
 import { AFTER_WORDS } from './schemas.js'
 import { sessionOf, sessionStatus } from './session.js'
