@@ -7,7 +7,7 @@ import type { Config } from './config.js'
 import { Agent, Intake, KeyedMutex, Publisher, Sessions, SystemPromptService, errorChain, type AgentDeps } from './agent/index.js'
 import { Feeds, LiveAttempts, LocalHub, PgBus, type Bus, type LiveFrame } from './bus/index.js'
 import { createRoot, type Context } from './hooks/index.js'
-import { buildHttp, type DriverControl } from './http/index.js'
+import { buildHttp, Listener, type DriverControl } from './http/index.js'
 import { Metrics } from './metrics.js'
 import type { LlmService, LlmServiceOptions } from './llm/index.js'
 import { COMPACTOR, loadBuiltinPlugins, loadServerPlugins, type Compactor } from './plugins/index.js'
@@ -18,7 +18,7 @@ import { Secrets, Tenancy, embeddedSecretKey, type Clock } from './tenancy/index
 import { Deliverer, WebhookService, type DelivererOptions } from './webhooks/index.js'
 import { ApiError } from './errors.js'
 import { ensureEmbeddedTenant } from './embedded-tenant.js'
-import { pluginConfigError, preflight } from './preflight.js'
+import { pluginConfigError, preflight, reachDatabase } from './preflight.js'
 
 export interface App {
   config: Config
@@ -77,22 +77,28 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
   const log = o.log ?? pino({ level: config.logLevel, base: { pid: process.pid }, redact: LOG_REDACT })
   // the whole configuration, models file and plugins included, is checked before anything is written
   const { llm, toolPolicy } = preflight(config, { log, ...(o.llm ?? {}) })
+  // the port next, still before anything is written: a busy one stops the start here, and from here
+  // on it is this process's, so no other start can take it while this one opens its database
+  const listener = o.listen !== false ? new Listener(config) : undefined
+  await listener?.bind(config.port, config.host)
   const metrics = new Metrics()
   const root = createRoot()
-  root.provide('tools', undefined, true)
-  root.plugin(ToolRegistry)
-  root.provide('systemPrompt', undefined, true)
-  root.plugin(SystemPromptService)
-  // what built-in plugins reach through the root: the model service and the logger
-  root.provide('llm', llm, true)
-  root.provide('log', log, true)
-  loadBuiltinPlugins(root, config.builtinPlugins, { compaction: { model: config.compactionModel } })
-  await loadServerPlugins(root, config.plugins).catch((e) => Promise.reject(pluginConfigError(e)))
-  for (const p of o.plugins ?? []) p(root)
-
-  const db = o.db ?? (await openDb({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, prepare: config.pgPrepare }))
+  let opened: Db | undefined
   const cleanup: Array<() => Promise<void> | void> = []
   try {
+    root.provide('tools', undefined, true)
+    root.plugin(ToolRegistry)
+    root.provide('systemPrompt', undefined, true)
+    root.plugin(SystemPromptService)
+    // what built-in plugins reach through the root: the model service and the logger
+    root.provide('llm', llm, true)
+    root.provide('log', log, true)
+    loadBuiltinPlugins(root, config.builtinPlugins, { compaction: { model: config.compactionModel } })
+    await loadServerPlugins(root, config.plugins).catch((e) => Promise.reject(pluginConfigError(e)))
+    for (const p of o.plugins ?? []) p(root)
+
+    const db = o.db ?? (opened = await openDb({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, prepare: config.pgPrepare }))
+    if (config.databaseUrl && !o.db) await reachDatabase(db, config.databaseUrl)
     await migrate(db)
     let firstKey: string | undefined
     if (!config.databaseUrl && !o.db) firstKey = await ensureEmbeddedTenant(db, config.dataDir, log)
@@ -223,6 +229,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       driver,
       ready: () => schemaCurrent(db),
       onTenantChanged: (fn) => tenancy.onLimitsChanged(fn),
+      listener,
     })
     if (o.listen !== false) {
       app.url = await app.http.listen({ port: config.port, host: config.host })
@@ -235,7 +242,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     return app
   } catch (e) {
     for (const c of cleanup.reverse()) await Promise.resolve(c()).catch(() => {})
-    if (!o.db) await db.close().catch(() => {})
+    await opened?.close().catch(() => {})
+    await listener?.close()
     throw e
   }
 }

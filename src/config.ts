@@ -76,6 +76,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`)
   const databaseUrl = env.DATABASE_URL || undefined
   if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) throw new ConfigError('DATABASE_URL must be a postgres:// or postgresql:// URL')
+  // the URL is not repeated: it may carry a password
+  if (databaseUrl && !URL.canParse(databaseUrl)) throw new ConfigError('DATABASE_URL is not a valid URL')
   if (role !== 'all' && !databaseUrl) throw new ConfigError(`AGENTD_ROLE=${role} needs DATABASE_URL: the embedded database belongs to a single process that runs both the API and the drivers`)
   const pgPrepare = env.AGENTD_PG_PREPARE || 'on'
   if (pgPrepare !== 'on' && pgPrepare !== 'off') throw new ConfigError(`AGENTD_PG_PREPARE must be on or off, got ${JSON.stringify(env.AGENTD_PG_PREPARE)}`)

@@ -43,5 +43,8 @@ export class ApiError extends Error {
   }
 }
 
+/** The one way a detail names a fixed set (API.md §10): `must be one of "day", "model", "session"`. */
+export const mustBeOneOf = (values: readonly unknown[]) => `must be one of ${values.map((v) => JSON.stringify(v)).join(', ')}`
+
 export const badRequest = (message: string, details?: ErrorDetail[]) => new ApiError('bad-request', message, details ?? [{ path: '', message }])
 export const sessionNotFound = (id: string) => new ApiError('session-not-found', `session ${id} not found`)

@@ -126,6 +126,8 @@ export class Subscriber {
   onReady?: (headSeq: number) => void
   /** end frames held until the durable event they name is sent (SPEC §18.11) */
   private heldEnds: Array<{ seq: number; frame: LiveFrame }> = []
+  /** the backlog's wait for a transport that is not writable */
+  private resume?: () => void
 
   private get closed(): boolean {
     return this.state === 'closed'
@@ -150,12 +152,21 @@ export class Subscriber {
     }
   }
 
-  /** Reads pages from the database until it has sent everything committed so far. */
+  /**
+   * Reads pages from the database until it has sent everything committed so far, at the pace the
+   * transport takes them (a long backlog must not pile up in the connection's buffer).
+   */
   private async drainDb(): Promise<void> {
     for (;;) {
       if (this.closed) return
       const rows = await readEventTexts(this.db, this.feed.key, this.lastSent, PAGE)
-      for (const r of rows) this.send({ seq: r.seq, json: r.body })
+      for (const r of rows) {
+        while (!this.sink.writable()) {
+          if (this.closed) return
+          await new Promise<void>((resolve) => (this.resume = resolve))
+        }
+        this.send({ seq: r.seq, json: r.body })
+      }
       if (rows.length < PAGE) return
     }
   }
@@ -219,7 +230,15 @@ export class Subscriber {
   }
 
   drained(): void {
+    this.wake()
     this.pump()
+  }
+
+  /** the backlog waiting for the transport goes on (or ends, when closed) */
+  private wake(): void {
+    const resume = this.resume
+    this.resume = undefined
+    resume?.()
   }
 
   onLive(frame: LiveFrame): void {
@@ -237,6 +256,7 @@ export class Subscriber {
   close(): void {
     if (this.state === 'closed') return
     this.state = 'closed'
+    this.wake()
     this.feed.release(this)
   }
 }

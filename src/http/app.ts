@@ -8,6 +8,7 @@ import { secondsSince } from '../metrics.js'
 import { connectionsPlugin } from './connections.js'
 import { errorsPlugin, frameworkErrors, handleClientError } from './errors.js'
 import { inputPlugin } from './input.js'
+import { Listener } from './listener.js'
 import { authPlugin } from './auth.js'
 import { sessionLoading } from './session.js'
 import { opsRoutes } from './ops.js'
@@ -31,21 +32,15 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
     loggerInstance: deps.log,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: deps.config.bodyLimit,
+    // the server, its timeouts and its port are the listener's (bound before the start wrote anything)
+    serverFactory: (deps.listener ?? new Listener(deps.config)).serverFactory,
     // in-flight requests finish on close (connectionsPlugin closes their connections after them)
     forceCloseConnections: 'idle',
     return503OnClosing: false,
     clientErrorHandler: handleClientError,
     frameworkErrors,
-    // a client gets AGENTD_REQUEST_TIMEOUT_MS to send its whole request (a slow-loris body or header
-    // is cut with a §10 answer by handleClientError); Node checks that this often
-    requestTimeout: deps.config.requestTimeoutMs,
-    // Node answers a missing Host with an empty 400 of its own; connectionsPlugin answers it instead
-    http: {
-      requireHostHeader: false,
-      headersTimeout: Math.min(60_000, deps.config.requestTimeoutMs),
-      connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(deps.config.requestTimeoutMs / 4))),
-    },
-    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: true, useDefaults: false } },
+    // verbose: a schema error carries its schema, so details can say what the field would have to be (errors.ts)
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: true, useDefaults: false, verbose: true } },
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
   }) as unknown as FastifyInstance
   const routes: RouteDoc[] = []

@@ -9,6 +9,7 @@ import type { Metrics } from '../metrics.js'
 import type { Db, Principal, SessionRow } from '../store/index.js'
 import type { Secrets, Tenancy } from '../tenancy/index.js'
 import type { WebhookService } from '../webhooks/index.js'
+import type { Listener } from './listener.js'
 
 /** What HTTP needs from the rest of the server; nothing below http/ knows about HTTP. */
 export interface HttpDeps {
@@ -32,6 +33,8 @@ export interface HttpDeps {
   ready(): Promise<boolean>
   /** calls fn when a tenant's limits changed in any process (null: anything may have; auth.ts drops cached principals) */
   onTenantChanged?(fn: (tenantId: string | null) => void): () => void
+  /** the socket bound at the start of the process (listener.ts); none: an unbound one (tests inject) */
+  listener?: Listener
 }
 
 export interface DriverControl {

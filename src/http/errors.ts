@@ -6,24 +6,138 @@ import http from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError, badRequest, type ErrorCode, type ErrorDetail } from '../errors.js'
+import { ApiError, badRequest, mustBeOneOf, type ErrorCode, type ErrorDetail } from '../errors.js'
 import { InputError } from '../agent/index.js'
 import { DbUnavailableError } from '../store/index.js'
 
+/** One failure of ajv's (with `verbose`, so it carries the failing schema and its parent). */
 interface AjvError {
-  instancePath?: string
+  instancePath: string
+  schemaPath: string
+  keyword: string
+  params: Record<string, unknown>
   message?: string
-  params?: Record<string, unknown>
-  keyword?: string
+  schema?: unknown
+  parentSchema?: Record<string, unknown>
 }
 
-function ajvDetails(validation: AjvError[], context: string): ErrorDetail[] {
-  return validation.map((v) => {
-    const path = `${context}${(v.instancePath ?? '').replace(/\//g, '.')}`
-    if (v.keyword === 'additionalProperties' && v.params?.additionalProperty) return { path: `${path}.${String(v.params.additionalProperty)}`, message: 'unknown field' }
-    if (v.keyword === 'required' && v.params?.missingProperty) return { path: `${path}.${String(v.params.missingProperty)}`, message: 'is required' }
-    return { path, message: v.message ?? 'is invalid' }
-  })
+type Schema = Record<string, unknown>
+
+/**
+ * A schema violation as API.md §10 `details`, one per field, saying what the field would have to be:
+ * the allowed values of a fixed set, the bounds of a number, a length or a list, the type. A union's
+ * branches are judged together: when the value has the type of one branch, that branch's complaints
+ * are the answer; otherwise the union names its alternatives.
+ */
+export function schemaDetails(errors: AjvError[], context: string, root: unknown): ErrorDetail[] {
+  const out: ErrorDetail[] = []
+  for (const { pointer, message } of explain(errors)) {
+    const path = fieldPath(context, pointer, root)
+    if (!out.some((d) => d.path === path && d.message === message)) out.push({ path, message })
+  }
+  return out
+}
+
+const isUnion = (e: AjvError) => e.keyword === 'anyOf' || e.keyword === 'oneOf'
+const inside = (e: AjvError, union: AjvError) => e !== union && e.schemaPath.startsWith(`${union.schemaPath}/`)
+/** errors that say the value is of another kind than the branch wants */
+const wrongKind = (e: AjvError, at: string) => e.instancePath === at && (e.keyword === 'type' || e.keyword === 'const' || e.keyword === 'enum')
+
+function explain(errors: AjvError[]): Array<{ pointer: string; message: string }> {
+  const out: Array<{ pointer: string; message: string }> = []
+  for (const e of errors) {
+    if (errors.some((u) => isUnion(u) && inside(e, u))) continue
+    if (!isUnion(e)) {
+      out.push(describe(e))
+      continue
+    }
+    const branches = new Map<string, AjvError[]>()
+    for (const x of errors.filter((x) => inside(x, e))) {
+      const branch = x.schemaPath.slice(e.schemaPath.length + 1).split('/')[0]
+      branches.set(branch, [...(branches.get(branch) ?? []), x])
+    }
+    const fitting = [...branches.values()].find((b) => !b.some((x) => wrongKind(x, e.instancePath)))
+    out.push(...(fitting ? explain(fitting) : [{ pointer: e.instancePath, message: `must be ${alternatives(e.schema)}` }]))
+  }
+  return out
+}
+
+function describe(e: AjvError): { pointer: string; message: string } {
+  const p = e.params ?? {}
+  const parent = e.parentSchema ?? {}
+  const at = e.instancePath
+  switch (e.keyword) {
+    case 'additionalProperties':
+      return { pointer: `${at}/${String(p.additionalProperty)}`, message: 'unknown field' }
+    case 'required':
+      return { pointer: `${at}/${String(p.missingProperty)}`, message: 'is required' }
+    case 'type':
+      return { pointer: at, message: `must be ${[p.type].flat().map((t) => KIND[String(t)] ?? String(t)).join(' or ')}` }
+    case 'const':
+      return { pointer: at, message: `must be ${JSON.stringify(p.allowedValue)}` }
+    case 'enum':
+      return { pointer: at, message: mustBeOneOf(p.allowedValues as unknown[]) }
+    case 'minimum':
+    case 'maximum':
+    case 'exclusiveMinimum':
+    case 'exclusiveMaximum':
+      return { pointer: at, message: `must be ${KIND[String(parent.type)] ?? 'a number'} ${bounds(parent)}` }
+    case 'minLength':
+    case 'maxLength':
+      return { pointer: at, message: sized(parent.minLength, parent.maxLength, 'characters long') }
+    case 'minItems':
+    case 'maxItems':
+      return { pointer: at, message: sized(parent.minItems, parent.maxItems, 'items', 'have') }
+    case 'minProperties':
+    case 'maxProperties':
+      return { pointer: at, message: sized(parent.minProperties, parent.maxProperties, 'fields', 'have') }
+    case 'pattern':
+      // a pattern's schema says in its description what it wants (a test holds every route to it)
+      return { pointer: at, message: typeof parent.description === 'string' ? `must be ${parent.description}` : `must match the pattern ${String(p.pattern)}` }
+  }
+  return { pointer: at, message: e.message ?? 'is invalid' }
+}
+
+const KIND: Record<string, string> = { string: 'a string', integer: 'an integer', number: 'a number', boolean: 'a boolean', object: 'an object', array: 'an array', null: 'null' }
+
+/** `from 1 to 100`, `greater than 0 and at most 5`, `of at least 0` */
+function bounds(s: Schema): string {
+  const lo = typeof s.minimum === 'number' ? { n: s.minimum, words: 'at least' } : typeof s.exclusiveMinimum === 'number' ? { n: s.exclusiveMinimum, words: 'greater than' } : undefined
+  const hi = typeof s.maximum === 'number' ? { n: s.maximum, words: 'at most' } : typeof s.exclusiveMaximum === 'number' ? { n: s.exclusiveMaximum, words: 'less than' } : undefined
+  if (lo?.words === 'at least' && hi?.words === 'at most') return `from ${lo.n} to ${hi.n}`
+  const one = lo && hi ? undefined : (lo ?? hi)
+  if (one) return `${one.words.startsWith('at ') ? 'of ' : ''}${one.words} ${one.n}`
+  return [lo, hi].filter((b) => b !== undefined).map((b) => `${b.words} ${b.n}`).join(' and ')
+}
+
+/** `must be 1 to 200 characters long`, `must have at most 20 items`, `must not be empty` */
+function sized(min: unknown, max: unknown, unit: string, verb = 'be'): string {
+  const lo = typeof min === 'number' && min > 0 ? min : undefined
+  const hi = typeof max === 'number' ? max : undefined
+  if (lo !== undefined && hi !== undefined) return `must ${verb} ${lo} to ${hi} ${unit}`
+  if (hi !== undefined) return `must ${verb} at most ${hi} ${unit}`
+  if (lo === 1) return 'must not be empty'
+  return `must ${verb} at least ${lo} ${unit}`
+}
+
+/** What a union accepts: `one of "day", "model", "session"`, `a string or an array`, `"x" or null` */
+function alternatives(branches: unknown): string {
+  const list = Array.isArray(branches) ? (branches as Schema[]) : []
+  if (list.length && list.every((b) => 'const' in b)) return mustBeOneOf(list.map((b) => b.const)).slice('must be '.length)
+  const words = list.map((b) => ('const' in b ? JSON.stringify(b.const) : KIND[String(b.type)] ?? 'another value'))
+  return words.length > 1 ? `${words.slice(0, -1).join(', ')} or ${words.at(-1)}` : (words[0] ?? 'another value')
+}
+
+/** A JSON Pointer into the request part, as API.md §10 paths name fields: `body.tools[0].name`. */
+function fieldPath(context: string, pointer: string, root: unknown): string {
+  let path = context
+  let at = root
+  for (const raw of pointer.split('/').slice(1)) {
+    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~')
+    path += Array.isArray(at) ? `[${key}]` : `.${key}`
+    at = at !== null && typeof at === 'object' ? (at as Record<string, unknown>)[key] : undefined
+  }
+  return path
 }
 
 /** fastify's and Node's statuses without a more precise mapping, as the §10 code of that status */
@@ -39,14 +153,21 @@ const CODE_OF_STATUS: Record<number, ErrorCode> = {
 
 const retryLater = { 'retry-after': '2' }
 
+/** The part of a request a schema checked, as fastify names it in validationContext. */
+function partOf(req: FastifyRequest | undefined, context: string): unknown {
+  if (!req) return undefined
+  return context === 'querystring' ? req.query : context === 'params' ? req.params : context === 'headers' ? req.headers : req.body
+}
+
 /** Maps anything thrown while answering a request to API.md §10; never leaks stacks or secrets. */
-export function toApiError(err: unknown): ApiError {
+export function toApiError(err: unknown, req?: FastifyRequest): ApiError {
   if (err instanceof ApiError) return err
   if (err instanceof InputError) return badRequest(err.message, [{ path: err.path ? `body.${err.path}` : 'body', message: err.message }])
   if (err instanceof DbUnavailableError) return new ApiError('unavailable', 'the database is unavailable', undefined, retryLater)
   const e = err as Partial<FastifyError> & { validation?: AjvError[] }
   if (e.validation) {
-    const details = ajvDetails(e.validation, e.validationContext ?? 'body')
+    const context = e.validationContext ?? 'body'
+    const details = schemaDetails(e.validation, context, partOf(req, context))
     return new ApiError('bad-request', `invalid request: ${details.map((d) => `${d.path} ${d.message}`).join('; ')}`, details)
   }
   switch (e.code) {
@@ -101,7 +222,7 @@ export function handleError(err: unknown, req: FastifyRequest, reply: FastifyRep
 }
 
 function answerError(err: unknown, req: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const e = toApiError(err)
+  const e = toApiError(err, req)
   if (e.code === 'internal') req.log.error({ err }, 'internal error')
   else if (e.code === 'unavailable') req.log.warn({ err: (err as Error)?.message }, 'database unavailable')
   // fastify closes the connection after any body-parser error, and Node then destroys the socket while
@@ -131,30 +252,42 @@ function clientErrorOf(err: NodeJS.ErrnoException): ApiError {
   return badRequest('the request is not valid HTTP/1.1', [{ path: 'request', message: 'malformed' }])
 }
 
-/** How long a connection closed after a parser error keeps reading (and dropping) what the client still sends. */
+/** How long a connection the server closes keeps reading (and dropping) what the client still sends. */
 const LINGER_MS = 2000
-const lingering = new WeakSet<Socket>()
+/** sockets closing in stages, and those whose parser error is being answered */
+const staged = new WeakSet<Socket>()
+const answered = new WeakSet<Socket>()
 
 /**
- * The clientError handler: a §10 answer, then a lingering close. Destroying the socket at once (as
- * Node and fastify do) while the client's bytes are still unread makes the kernel reset the
- * connection, and the client may lose the answer; ending it and reading on lets the answer arrive.
+ * RFC 9112 §9.6's close in stages: the last answer and a FIN now, then what the client still sends (the
+ * rest of a body it was uploading) is read and dropped until it closes too, or LINGER_MS pass. A socket
+ * destroyed with the client's bytes unread makes the kernel reset the connection, and the reset can
+ * erase the answer before the client reads it. `last` is written before the FIN.
+ */
+export function closeInStages(socket: Socket, last?: string): void {
+  if (socket.destroyed || staged.has(socket)) return
+  staged.add(socket)
+  socket.on('error', () => {})
+  if (socket.writable && last !== undefined) socket.end(last)
+  else if (socket.writable) socket.end()
+  socket.resume()
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS)
+  timer.unref()
+  socket.once('end', () => socket.destroy())
+  socket.once('close', () => clearTimeout(timer))
+}
+
+/**
+ * The clientError handler: a §10 answer, then a close in stages (Node and fastify would destroy the
+ * socket at once, resetting a client still sending).
  */
 export function handleClientError(err: NodeJS.ErrnoException, socket: Socket): void {
-  if (err.code === 'ECONNRESET' || socket.destroyed || lingering.has(socket)) return
-  lingering.add(socket)
-  socket.on('error', () => {})
+  if (err.code === 'ECONNRESET' || socket.destroyed || answered.has(socket) || staged.has(socket)) return
+  answered.add(socket)
   const answer = () => {
-    if (socket.writable) {
-      const e = clientErrorOf(err)
-      const body = JSON.stringify(e.toJSON())
-      socket.end(`HTTP/1.1 ${e.status} ${http.STATUS_CODES[e.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
-    }
-    socket.resume()
-    const timer = setTimeout(() => socket.destroy(), LINGER_MS)
-    timer.unref()
-    socket.once('end', () => socket.destroy())
-    socket.once('close', () => clearTimeout(timer))
+    const e = clientErrorOf(err)
+    const body = JSON.stringify(e.toJSON())
+    closeInStages(socket, `HTTP/1.1 ${e.status} ${http.STATUS_CODES[e.status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
   }
   // a request parsed before the bad bytes is answered first (HTTP/1.1 pipelining keeps the order)
   const inFlight = (socket as unknown as { _httpMessage?: http.ServerResponse })._httpMessage
@@ -170,8 +303,7 @@ export function handleClientError(err: NodeJS.ErrnoException, socket: Socket): v
     inFlight.shouldKeepAlive = false
     inFlight.writeHead(e.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' })
     inFlight.end(body)
-    socket.resume()
-    setTimeout(() => socket.destroy(), LINGER_MS).unref()
+    inFlight.once('finish', () => closeInStages(socket))
     return
   }
   answer()

@@ -1,7 +1,6 @@
 // Reading a session's log (API.md §6): pages of durable events and the derived model history.
 
 import type { FastifyInstance } from 'fastify'
-import { badRequest } from '../errors.js'
 import { deriveFromSurfaceEvents } from '../session/index.js'
 import { getSessionByKey, readEventTexts, readSurfaceEvents } from '../store/index.js'
 import type { HttpDeps } from './deps.js'
@@ -15,8 +14,7 @@ export async function eventRoutes(app: FastifyInstance, deps: HttpDeps): Promise
   app.get('/sessions/:id/events', { config: { session: true }, schema: { operationId: 'listEvents', summary: 'Durable events after a seq', params: S.SessionParams, querystring: S.EventsQuery, response: { 200: S.EventsPage, ...err } } }, async (req, reply) => {
     const q = req.query as { after?: string; limit?: string }
     const after = parseAfter(q.after, 'querystring.after') ?? -1
-    const limit = q.limit === undefined ? 500 : Number(q.limit)
-    if (limit < 1 || limit > 5000) throw badRequest('limit must be between 1 and 5000', [{ path: 'querystring.limit', message: 'must be between 1 and 5000' }])
+    const limit = S.queryLimit(q.limit, S.EVENTS_LIMIT.max, S.EVENTS_LIMIT.dflt)
     const row = sessionOf(req)
     const rows = await readEventTexts(deps.db, row.key, after, limit)
     // the head after reading, so that a page is never newer than the head it reports

@@ -1,10 +1,28 @@
 // Route schemas (JSON Schema through typebox). They validate requests strictly (unknown fields are
-// 400) and are the source of openapi/openapi.json, where the ones in COMPONENTS are named schemas.
+// 400) and are the source of openapi/openapi.json, where the ones in COMPONENTS are named schemas. A
+// violation's detail says what the field must be (errors.ts); a pattern cannot say it, so a schema with
+// one has a description that completes "must be …" (test/integration/http-errors.test.ts holds to it).
 
 import { Type, type TSchema } from 'typebox'
-import { ERROR_CODES } from '../errors.js'
+import { badRequest, ERROR_CODES } from '../errors.js'
+import { WEBHOOK_EVENT_TYPES } from '../store/index.js'
 
-const Id = Type.String({ minLength: 1, maxLength: 200, pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]*$' })
+const Id = Type.String({ minLength: 1, maxLength: 200, pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]*$', description: "letters, digits, '.', '_', ':' and '-', starting with a letter or digit" })
+
+/** A whole number in the query string (text on the wire) from 1 to max; read by queryLimit. */
+const QueryLimit = (max: number, dflt: number) => Type.String({ pattern: '^[0-9]{1,10}$', description: limitWords(max, dflt) })
+const limitWords = (max: number, dflt: number) => `a whole number from 1 to ${max} (default ${dflt})`
+
+/** The value of a QueryLimit(max, dflt) parameter; its bounds are checked here, with the schema's words. */
+export function queryLimit(raw: string | undefined, max: number, dflt: number): number {
+  const limit = raw === undefined ? dflt : Number(raw)
+  if (!(limit >= 1 && limit <= max)) throw badRequest(`limit must be ${limitWords(max, dflt)}`, [{ path: 'querystring.limit', message: `must be ${limitWords(max, dflt)}` }])
+  return limit
+}
+
+/** What a resume point must be (API.md §6); feed.ts parseAfter says the same for Last-Event-ID. */
+export const AFTER_WORDS = 'an integer seq (-1, the default, reads from the start)'
+const After = Type.String({ pattern: '^-?[0-9]{1,10}$', description: AFTER_WORDS })
 export const Metadata = Type.Object({}, { additionalProperties: true, description: 'any JSON object' })
 
 export const TextBlock = Type.Object({ type: Type.Literal('text'), text: Type.String() }, { additionalProperties: false })
@@ -21,7 +39,7 @@ export const Headers = Type.Object({}, { additionalProperties: Type.String({ max
 
 export const ToolSpec = Type.Object(
   {
-    name: Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' }),
+    name: Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: "1 to 64 letters, digits, '_' and '-'" }),
     description: Type.Optional(Type.String({ maxLength: 10000 })),
     parameters: Type.Optional(Type.Object({}, { additionalProperties: true, description: 'JSON Schema of the arguments (an object schema)' })),
     execution: Type.Object(
@@ -41,7 +59,7 @@ export const ToolSpec = Type.Object(
 
 export const McpServer = Type.Object(
   {
-    name: Type.String({ pattern: '^[A-Za-z0-9_-]{1,32}$', description: 'unique within the session; its tools are named <name>__<tool>' }),
+    name: Type.String({ pattern: '^[A-Za-z0-9_-]{1,32}$', description: "1 to 32 letters, digits, '_' and '-', unique within the session (its tools are named <name>__<tool>)" }),
     url: Type.String({ maxLength: 2048, description: 'the streamable HTTP endpoint; under the address guard (AGENTD_TOOL_HOSTS)' }),
     headers: Type.Optional(Headers),
     tools: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 256 }), { maxItems: 512, description: "allow-list of the server's tool names" })),
@@ -113,7 +131,8 @@ export const SessionObject = Type.Object({
 })
 
 export const SessionList = Type.Object({ sessions: Type.Array(SessionObject), nextCursor: Type.Union([Type.String(), Type.Null()]) })
-export const ListQuery = Type.Object({ limit: Type.Optional(Type.String({ pattern: '^[0-9]{1,4}$' })), cursor: Type.Optional(Type.String({ maxLength: 200 })) }, { additionalProperties: false })
+export const LIST_LIMIT = { max: 200, dflt: 50 }
+export const ListQuery = Type.Object({ limit: Type.Optional(QueryLimit(LIST_LIMIT.max, LIST_LIMIT.dflt)), cursor: Type.Optional(Type.String({ maxLength: 200 })) }, { additionalProperties: false })
 
 export const DeliveryBody = Type.Object({ content: Content, id: Type.Optional(Id) }, { additionalProperties: false })
 export const Accepted = Type.Object({ messageId: Type.String(), seq: Type.Integer() })
@@ -138,10 +157,11 @@ export const SessionEvent = Type.Object(
   },
   { additionalProperties: false },
 )
-export const EventsQuery = Type.Object({ after: Type.Optional(Type.String({ pattern: '^-?[0-9]{1,10}$' })), limit: Type.Optional(Type.String({ pattern: '^[0-9]{1,5}$' })) }, { additionalProperties: false })
+export const EVENTS_LIMIT = { max: 5000, dflt: 500 }
+export const EventsQuery = Type.Object({ after: Type.Optional(After), limit: Type.Optional(QueryLimit(EVENTS_LIMIT.max, EVENTS_LIMIT.dflt)) }, { additionalProperties: false })
 export const EventsPage = Type.Object({ events: Type.Array(SessionEvent), headSeq: Type.Integer() })
 export const MessagesAnswer = Type.Object({ messages: Type.Array(Type.Object({}, { additionalProperties: true })) })
-export const StreamQuery = Type.Object({ after: Type.Optional(Type.String({ pattern: '^-?[0-9]{1,10}$' })), access_token: Type.Optional(Type.String()) }, { additionalProperties: false })
+export const StreamQuery = Type.Object({ after: Type.Optional(After), access_token: Type.Optional(Type.String()) }, { additionalProperties: false })
 
 export const PendingToolCall = Type.Object({ callId: Type.String(), name: Type.String(), arguments: Type.Unknown(), rawArguments: Type.String(), kind: Type.Union([Type.Literal('client'), Type.Literal('approval')]) })
 export const PendingAnswer = Type.Object({ toolCalls: Type.Array(PendingToolCall) })
@@ -198,7 +218,7 @@ export const UsageRow = Type.Object({
 export const UsageAnswer = Type.Object({ usage: Type.Array(UsageRow), limits: Limits })
 
 // API.md §13: tenant secrets
-export const SecretName = Type.String({ pattern: '^[A-Z0-9_]{1,64}$', description: 'upper-case letters, digits and _' })
+export const SecretName = Type.String({ pattern: '^[A-Z0-9_]{1,64}$', description: "1 to 64 upper-case letters, digits and '_'" })
 export const SecretParams = Type.Object({ name: SecretName })
 export const PutSecretBody = Type.Object({ value: Type.String({ maxLength: 16384, description: 'at most 16 KiB; stored encrypted, never shown again' }) }, { additionalProperties: false })
 export const SecretInfo = Type.Object({ name: Type.String(), createdAt: Type.String({ format: 'date-time' }), updatedAt: Type.String({ format: 'date-time' }) })
@@ -276,7 +296,7 @@ export const COMPONENTS: Record<string, TSchema> = {
 export type { TSchema }
 
 // API.md §14 webhooks
-const WebhookEventType = Type.String({ minLength: 1, maxLength: 100, description: 'turn.completed, turn.failed, turn.cancelled, turn.interrupted or session.requires_action' })
+const WebhookEventType = literals([...WEBHOOK_EVENT_TYPES])
 export const CreateWebhookBody = Type.Object(
   {
     url: Type.String({ minLength: 1, maxLength: 2000, description: 'http or https; under the address guard of http tools (AGENTD_TOOL_HOSTS)' }),
@@ -295,7 +315,8 @@ export const Webhook = Type.Object({ ...webhookFields, createdAt: Type.String({ 
 export const CreatedWebhook = Type.Object({ ...webhookFields, secret: Type.String({ description: 'whsec_ + base64 of the signing key; shown only in this answer' }), createdAt: Type.String({ format: 'date-time' }) })
 export const WebhookList = Type.Object({ webhooks: Type.Array(Webhook) })
 export const WebhookParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200 }) })
-export const DeliveriesQuery = Type.Object({ limit: Type.Optional(Type.String({ pattern: '^[0-9]{1,3}$', description: '1 to 100, default 20' })) }, { additionalProperties: false })
+export const DELIVERIES_LIMIT = { max: 100, dflt: 20 }
+export const DeliveriesQuery = Type.Object({ limit: Type.Optional(QueryLimit(DELIVERIES_LIMIT.max, DELIVERIES_LIMIT.dflt)) }, { additionalProperties: false })
 export const WebhookDelivery = Type.Object({
   id: Type.String({ description: 'also the webhook-id header, the same on every retry' }),
   type: Type.String(),

@@ -20,8 +20,7 @@ export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promi
 
   app.get('/sessions', { schema: { operationId: 'listSessions', summary: 'List sessions, newest activity first', querystring: S.ListQuery, response: { 200: S.SessionList, ...err } } }, async (req, reply) => {
     const q = req.query as { limit?: string; cursor?: string }
-    const limit = q.limit === undefined ? 50 : Number(q.limit)
-    if (limit < 1 || limit > 200) throw badRequest('limit must be between 1 and 200', [{ path: 'querystring.limit', message: 'must be between 1 and 200' }])
+    const limit = S.queryLimit(q.limit, S.LIST_LIMIT.max, S.LIST_LIMIT.dflt)
     let cursor
     if (q.cursor !== undefined) {
       cursor = decodeCursor(q.cursor)

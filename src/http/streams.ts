@@ -8,7 +8,7 @@ import { getSessionByKey } from '../store/index.js'
 import { bodyHash, toUserMessage, type DeliveryRoute } from '../agent/index.js'
 import type { HttpDeps } from './deps.js'
 import { toApiError } from './errors.js'
-import { batch, HIGH_WATER, parseAfter, PING_MS, sseDurable, sseLive, subscribe, wsDurable, wsLive, type Transport } from './feed.js'
+import { batch, parseAfter, SLOW_CONSUMER, sseDurable, sseLive, subscribe, wsDurable, wsLive, type Subscription, type Transport } from './feed.js'
 import { sessionOf } from './session.js'
 import * as S from './schemas.js'
 
@@ -18,15 +18,15 @@ const OPS_QUEUED = 64
 const OPS_RESUME = 16
 
 export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
-  const streams = new Set<{ end(reason?: string): void }>()
+  const streams = new Set<Subscription>()
   app.addHook('preClose', async () => {
-    for (const s of [...streams]) s.end()
+    for (const s of [...streams]) s.close()
   })
   deps.metrics.gauge('agentd_stream_subscribers', 'Open SSE and WebSocket subscriptions in this process', () => streams.size)
 
   app.get('/sessions/:id/stream', { config: { ...facts, eventStream: true }, schema: { operationId: 'streamSession', summary: 'Server-Sent Events: durable events from a seq, then live frames', params: S.SessionParams, querystring: S.StreamQuery } }, async (req, reply) => {
     const lastEventId = req.headers['last-event-id']
-    const after = parseAfter(typeof lastEventId === 'string' ? lastEventId.trim() : undefined, 'Last-Event-ID') ?? parseAfter((req.query as { after?: string }).after, 'querystring.after') ?? -1
+    const after = parseAfter(typeof lastEventId === 'string' ? lastEventId.trim() : undefined, 'headers.last-event-id') ?? parseAfter((req.query as { after?: string }).after, 'querystring.after') ?? -1
     reply.hijack()
     const res = reply.raw
     res.writeHead(200, {
@@ -36,58 +36,38 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
       'x-accel-buffering': 'no',
     })
     res.flushHeaders()
-    let closed = false
-    let pausedSince = 0
     // frames of one event-loop turn leave together: one syscall per connection, however many frames
     let pending: string[] = []
+    let pendingChars = 0
     const flush = () => {
-      if (closed || !pending.length) return
+      if (res.writableEnded || !pending.length) return
       const text = pending.length === 1 ? pending[0] : pending.join('')
       pending = []
-      if (!res.write(text) && !pausedSince) pausedSince = Date.now()
+      pendingChars = 0
+      res.write(text)
     }
-    const write = (s: string) => {
-      if (closed) return
-      if (!pending.length) batch.add(flush)
-      pending.push(s)
-    }
-    const handle = {
-      end(reason?: string) {
-        if (closed) return
+    const t: Transport = {
+      durable: sseDurable,
+      live: sseLive,
+      write: (text) => {
+        if (!pending.length) batch.add(flush)
+        pending.push(text)
+        pendingChars += text.length
+      },
+      buffered: () => res.writableLength + pendingChars,
+      ping: () => t.write(': ping\n\n'),
+      end: (reason) => {
         flush()
-        if (reason === 'slow-consumer') res.write(`event: stream/error\ndata: {"code":"slow-consumer"}\n\n`)
-        closed = true
-        clearInterval(ping)
-        streams.delete(handle)
-        sub.close()
+        if (reason === 'slow-consumer') res.write(sseLive(SLOW_CONSUMER))
         res.end()
       },
     }
-    const t: Transport = {
-      durable: (e) => write(sseDurable(e)),
-      live: (f) => write(sseLive(f)),
-      writable: () => {
-        if (closed) return false
-        if (res.writableLength + pending.length * 1024 < HIGH_WATER) return true
-        if (pausedSince && Date.now() - pausedSince > deps.config.slowConsumerMs) handle.end('slow-consumer')
-        return false
-      },
-      end: (reason) => handle.end(reason),
-    }
-    const sub = subscribe(deps, req, after, t)
-    streams.add(handle)
-    res.on('drain', () => {
-      pausedSince = 0
-      sub.drained()
-    })
-    res.on('close', () => handle.end())
-    const ping = setInterval(() => {
-      write(': ping\n\n')
-      t.writable()
-    }, PING_MS)
+    const stream = subscribe(deps, req, after, t, streams)
+    res.on('drain', () => stream.drained())
+    res.on('close', () => stream.close())
     // a client gone while auth and the session load ran closed the socket before the listener above
-    if (res.destroyed || req.raw.socket?.destroyed) return handle.end()
-    await sub.start()
+    if (res.destroyed || req.raw.socket?.destroyed) return stream.close()
+    await stream.start()
   })
 
   app.route({
@@ -109,32 +89,29 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
         return
       }
       let closed = false
-      const send = (o: unknown) => {
-        if (!closed && socket.readyState === socket.OPEN) socket.send(typeof o === 'string' ? o : JSON.stringify(o))
+      // each message's callback runs once ws handed it to the socket: the moment to see a buffer drained
+      const sent = () => stream.drained()
+      const send = (text: string) => {
+        if (!closed && socket.readyState === socket.OPEN) socket.send(text, sent)
       }
-      const handle = {
-        end(reason?: string) {
-          if (closed) return
-          if (reason === 'slow-consumer') send({ event: 'stream/error', data: { code: 'slow-consumer' } })
+      const t: Transport = {
+        durable: wsDurable,
+        live: wsLive,
+        write: send,
+        buffered: () => socket.bufferedAmount,
+        ping: () => {
+          if (socket.readyState === socket.OPEN) socket.ping()
+        },
+        end: (reason) => {
+          if (reason === 'slow-consumer') send(wsLive(SLOW_CONSUMER))
           closed = true
-          streams.delete(handle)
-          sub.close()
           socket.close(1001)
         },
       }
-      const t: Transport = {
-        durable: (e) => send(wsDurable(e)),
-        live: (f) => send(wsLive(f)),
-        writable: () => !closed && socket.bufferedAmount < HIGH_WATER,
-        end: (reason) => handle.end(reason),
-      }
-      const sub = subscribe(deps, req, after, t)
-      streams.add(handle)
-      const ping = setInterval(() => socket.ping(), PING_MS)
-      socket.on('close', () => {
-        clearInterval(ping)
-        handle.end()
-      })
+      const stream = subscribe(deps, req, after, t, streams)
+      socket.on('close', () => stream.close())
+      // an op's answer (API.md §6: ack or error) is a frame like the others, under the same limit
+      const answer = (o: unknown) => stream.answer(JSON.stringify(o))
       // ops run one at a time, in the order sent (acks come back in that order); a client flooding ops
       // stops being read while OPS_QUEUED wait, and each op yields to the event loop, so a flood costs
       // bounded memory and does not starve other clients (an in-process database answers without I/O)
@@ -147,7 +124,7 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
           if (ops.length < OPS_RESUME && socket.isPaused) socket.resume()
           await handleOp(text).catch((e) => {
             const ae = toApiError(e)
-            send({ event: 'error', data: { code: ae.code, message: ae.message } })
+            answer({ event: 'error', data: { code: ae.code, message: ae.message } })
           })
           await new Promise((r) => setImmediate(r))
         }
@@ -172,8 +149,8 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
         if (msg.op === 'cancel') {
           for (const k of Object.keys(msg)) if (k !== 'op' && k !== 'keepInbox') throw badRequest(`unknown field ${k}`)
           if (msg.keepInbox !== undefined && typeof msg.keepInbox !== 'boolean') throw badRequest('keepInbox must be a boolean')
-          const r = await deps.intake.cancel(row, msg.keepInbox === true)
-          send({ event: 'ack', data: { op: 'cancel', cancelled: r.cancelled } })
+          await deps.intake.cancel(row, msg.keepInbox === true)
+          answer({ event: 'ack', data: { op: 'cancel' } })
           return
         }
         if (msg.op !== 'followup' && msg.op !== 'steer' && msg.op !== 'inject') throw badRequest('op must be followup, steer, inject or cancel')
@@ -183,9 +160,9 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
         const message = toUserMessage({ content: msg.content }, { kind: 'user' }, msg.id as string | undefined)
         const route = msg.op as DeliveryRoute
         const r = await deps.intake.deliver(row, route, message, msg.id !== undefined ? { bodyHash: bodyHash(route, { content: msg.content }) } : undefined)
-        send({ event: 'ack', data: { op: route, messageId: r.messageId, seq: r.seq } })
+        answer({ event: 'ack', data: { op: route, messageId: r.messageId, seq: r.seq } })
       }
-      void sub.start()
+      void stream.start()
     },
   })
 }

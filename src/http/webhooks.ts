@@ -31,8 +31,7 @@ export async function webhookRoutes(app: FastifyInstance, deps: HttpDeps): Promi
 
   app.get('/webhooks/:id/deliveries', { schema: { operationId: 'listWebhookDeliveries', summary: "A webhook's deliveries, newest first", params: S.WebhookParams, querystring: S.DeliveriesQuery, response: { 200: S.DeliveryList, ...err } } }, async (req) => {
     const q = req.query as { limit?: string }
-    const limit = q.limit === undefined ? 20 : Number(q.limit)
-    if (limit < 1 || limit > 100) throw new ApiError('bad-request', 'limit must be 1 to 100', [{ path: '/limit', message: 'must be 1 to 100' }])
+    const limit = S.queryLimit(q.limit, S.DELIVERIES_LIMIT.max, S.DELIVERIES_LIMIT.dflt)
     return { deliveries: await hooks().deliveries(tenant(req), idOf(req), limit) }
   })
 

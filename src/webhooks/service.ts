@@ -2,7 +2,7 @@
 // secret shown once), list, read, delete (pending deliveries dropped), the deliveries and a ping.
 
 import crypto from 'node:crypto'
-import { ApiError, badRequest } from '../errors.js'
+import { ApiError, badRequest, mustBeOneOf } from '../errors.js'
 import { webhooks as store, WEBHOOK_EVENT_TYPES, type Db, type DeliveryRow, type WebhookEventType, type WebhookRow } from '../store/index.js'
 import { checkToolUrl, type HostPolicy, type Resolver } from '../tools/index.js'
 import { newSecret } from './sign.js'
@@ -61,10 +61,10 @@ export class WebhookService {
   constructor(private readonly d: WebhookServiceDeps) {}
 
   async create(tenantId: string, body: { url: string; events: string[]; description?: string }): Promise<WebhookObject & { secret: string }> {
-    const unknown = body.events.filter((e) => !(WEBHOOK_EVENT_TYPES as readonly string[]).includes(e))
-    if (unknown.length) throw badRequest(`unknown event type ${unknown.map((e) => JSON.stringify(e)).join(', ')}`, [{ path: '/events', message: `must be one of ${WEBHOOK_EVENT_TYPES.join(', ')}` }])
+    const unknown = body.events.flatMap((e, i) => ((WEBHOOK_EVENT_TYPES as readonly string[]).includes(e) ? [] : [{ path: `body.events[${i}]`, message: mustBeOneOf(WEBHOOK_EVENT_TYPES) }]))
+    if (unknown.length) throw badRequest(`unknown event type: ${unknown.map((d) => d.path).join(', ')} ${mustBeOneOf(WEBHOOK_EVENT_TYPES)}`, unknown)
     const why = await checkToolUrl(body.url, this.d.policy, this.d.resolve)
-    if (why !== null) throw badRequest(`webhook url refused: ${why}`, [{ path: '/url', message: why }])
+    if (why !== null) throw badRequest(`webhook url refused: ${why}`, [{ path: 'body.url', message: why }])
     const row: WebhookRow = {
       id: crypto.randomUUID(),
       tenantId,

@@ -1,16 +1,21 @@
 // Starting the server as a user does (`node --import tsx src/main.ts`, what `npm start` runs): a bad
 // setting stops the start with one line naming its variable, exit code 2, and nothing written to the
 // data directory; the first embedded start shows tenant "default"'s key once, and a later start on the
-// same data directory says where the key is without showing it (API.md §3).
+// same data directory says where the key is without showing it (API.md §3). A busy port and a
+// database that cannot be reached stop the start the same way, before anything is written.
 
 import { spawn } from 'node:child_process'
+import crypto from 'node:crypto'
 import fs from 'node:fs'
+import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import pg from 'pg'
 import { afterAll, describe, expect, it } from 'vitest'
 import { runtimeProblem } from '../../src/runtime.js'
 import { section } from '../helpers/markdown.js'
+import { adminUrl, baseUrl } from '../helpers/db-urls.js'
 
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-start-'))
@@ -128,4 +133,130 @@ describe('the embedded tenant key', () => {
     expect(entries).toEqual(['api-key', 'pgdata', 'secret-key'])
     for (const entry of entries) expect(backups, `docs/operations.md, Backups: ${entry}`).toContain(`\`${entry}\``)
   }, 120000)
+})
+
+/** A port this test holds open, as another program would. */
+function holdPort(): Promise<{ port: number; release(): Promise<void> }> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer((socket) => socket.destroy())
+    server.on('error', reject)
+    server.listen(0, '127.0.0.1', () => resolve({ port: (server.address() as net.AddressInfo).port, release: () => new Promise<void>((r) => server.close(() => r())) }))
+  })
+}
+
+/** An empty PostgreSQL database (no tables), and a look at what a start left in it. */
+async function emptyPgDatabase(): Promise<{ url: string; tables(): Promise<string[]>; drop(): Promise<void> }> {
+  const name = `agentd_start_${crypto.randomBytes(4).toString('hex')}`
+  const admin = new pg.Client({ connectionString: adminUrl() })
+  await admin.connect()
+  await admin.query(`CREATE DATABASE ${name}`)
+  await admin.end()
+  const url = baseUrl(name)
+  return {
+    url,
+    async tables() {
+      const c = new pg.Client({ connectionString: url })
+      await c.connect()
+      const r = await c.query<{ t: string }>(`SELECT schemaname || '.' || tablename AS t FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1`)
+      await c.end()
+      return r.rows.map((x) => x.t)
+    },
+    async drop() {
+      const c = new pg.Client({ connectionString: adminUrl() })
+      await c.connect()
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await c.end()
+    },
+  }
+}
+
+const oneLine = (r: Run) => {
+  const lines = r.stderr.split('\n').filter(Boolean)
+  expect(lines, r.stderr).toHaveLength(1)
+  return lines[0]
+}
+
+describe('a busy port', () => {
+  it('on the embedded database: one line naming the port, exit code 2, no data directory, no key', async () => {
+    const held = await holdPort()
+    try {
+      const dataDir = path.join(tmp, 'data-busy-port')
+      const r = await start({ AGENTD_DATA_DIR: dataDir, PORT: String(held.port), LOG_LEVEL: 'info' })
+      expect(r.code, r.stdout + r.stderr).toBe(2)
+      expect(oneLine(r)).toBe(`agentd: PORT: 127.0.0.1:${held.port} is already in use by another process; stop it or choose another PORT`)
+      expect(r.stdout, 'no key, no log line').toBe('')
+      expect(fs.existsSync(dataDir), 'the data directory was not created').toBe(false)
+    } finally {
+      await held.release()
+    }
+  }, 60000)
+
+  it('on PostgreSQL: one line naming the port, exit code 2, nothing migrated', async () => {
+    const held = await holdPort()
+    const db = await emptyPgDatabase()
+    try {
+      const r = await start({ DATABASE_URL: db.url, PORT: String(held.port), AGENTD_SECRET_KEY: crypto.randomBytes(32).toString('base64') })
+      expect(r.code, r.stdout + r.stderr).toBe(2)
+      expect(oneLine(r)).toBe(`agentd: PORT: 127.0.0.1:${held.port} is already in use by another process; stop it or choose another PORT`)
+      expect(await db.tables(), 'no table was created').toEqual([])
+    } finally {
+      await held.release()
+      await db.drop()
+    }
+  }, 60000)
+
+  it('two starts at once on one port and one data directory: one serves, the other stops before it touches the data', async () => {
+    const free = await holdPort()
+    await free.release()
+    const dataDir = path.join(tmp, 'data-race')
+    const env = { AGENTD_DATA_DIR: dataDir, PORT: String(free.port), LOG_LEVEL: 'info' }
+    const listening = (out: string) => /"msg":"agentd listening"/.test(out)
+    const runs = await Promise.all([start(env, listening), start(env, listening)])
+    const served = runs.filter((r) => listening(r.stdout))
+    const refused = runs.filter((r) => !listening(r.stdout))
+    expect(served, runs.map((r) => r.stdout + r.stderr).join('\n----\n')).toHaveLength(1)
+    expect(served[0].code).toBe(0)
+    expect(refused[0].code, refused[0].stdout + refused[0].stderr).toBe(2)
+    expect(oneLine(refused[0])).toBe(`agentd: PORT: 127.0.0.1:${free.port} is already in use by another process; stop it or choose another PORT`)
+    expect(refused[0].stdout, 'the refused start showed no key and logged nothing').toBe('')
+    // the one key was shown by the start that served, and the data directory is whole: a later start reads it
+    const key = fs.readFileSync(path.join(dataDir, 'api-key'), 'utf8').trim()
+    expect(served[0].stdout.split(key)).toHaveLength(2)
+    const again = await start({ ...env, PORT: '0' }, listening)
+    expect(again.code, again.stdout + again.stderr).toBe(0)
+    expect(again.stdout).toContain(`agentd: the API key of tenant "default" is in ${path.join(dataDir, 'api-key')}\n`)
+  }, 120000)
+})
+
+describe('a DATABASE_URL that cannot be reached', () => {
+  const cases: Array<{ name: string; url: () => Promise<string>; host: string | (() => string) }> = [
+    { name: 'nothing listens on its port', url: async () => `postgres://agentd:hunter2-secret@127.0.0.1:${await closedPort()}/agentd`, host: () => `127.0.0.1:${lastClosed}` },
+    { name: 'its host name does not resolve', url: async () => 'postgres://agentd:hunter2-secret@db.invalid:5433/agentd', host: 'db.invalid:5433' },
+    { name: 'its database does not exist', url: async () => withPassword(baseUrl(`agentd_absent_${crypto.randomBytes(4).toString('hex')}`)), host: () => hostOf(baseUrl('x')) },
+  ]
+  let lastClosed = 0
+  const withPassword = (url: string) => {
+    const u = new URL(url)
+    u.password = 'hunter2-secret'
+    return u.toString()
+  }
+  const hostOf = (url: string) => `${new URL(url).hostname}:${new URL(url).port || '5432'}`
+  const closedPort = async () => {
+    const p = await holdPort()
+    await p.release()
+    lastClosed = p.port
+    return p.port
+  }
+
+  it.each(cases)('$name: one line naming DATABASE_URL and the host, never the password; exit code 2, nothing written', async ({ url, host }) => {
+    const dataDir = path.join(tmp, `data-db-${Math.random().toString(36).slice(2)}`)
+    const databaseUrl = await url()
+    const r = await start({ DATABASE_URL: databaseUrl, AGENTD_DATA_DIR: dataDir })
+    expect(r.code, r.stdout + r.stderr).toBe(2)
+    const line = oneLine(r)
+    expect(line.startsWith(`agentd: DATABASE_URL: cannot connect to PostgreSQL at ${typeof host === 'string' ? host : host()} (`), line).toBe(true)
+    expect(r.stderr + r.stdout).not.toContain('hunter2')
+    expect(r.stdout).toBe('')
+    expect(fs.existsSync(dataDir)).toBe(false)
+  }, 60000)
 })

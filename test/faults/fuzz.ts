@@ -1,9 +1,11 @@
 // The fuzz part: requests generated from openapi/openapi.json by fast-check — valid ones first (they
 // create sessions that run turns with http tools), then broken ones (missing, unknown and mistyped
 // fields, huge and deeply nested values, NULs and lone surrogates, bad JSON and content types,
-// garbage path ids and query values, another tenant's key, garbage auth). Every answer is checked:
-// a whole answer, no 5xx, §10's shape, tenant isolation; /healthz stays up; at the end every session
-// log passes the SPEC §15 checker. Routes added to the document are fuzzed without changing this file.
+// garbage path ids and query values, another tenant's key, garbage auth, a body on a route that takes
+// none, JSON strings with CR LF, a raw NUL or `..` in the path, `Connection: close` with the body still
+// on its way). Every answer is checked: a whole answer, no 5xx, §10's shape, tenant isolation, no
+// connection reset (before or after the answer); /healthz stays up; at the end every session log
+// passes the SPEC §15 checker. Routes added to the document are fuzzed without changing this file.
 
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -18,7 +20,8 @@ import type { FaultPart, PartContext, PartResult } from './lib/part.js'
 import { operations, type Operation } from './lib/operations.js'
 import { cleanText, valueOf, type Hints } from './lib/schema-arb.js'
 import { putSecret, startTarget, type Target } from './lib/target.js'
-import { wireRequest, type WireAnswer } from './lib/wire.js'
+import { observeAnswer } from './lib/leaks.js'
+import { rawUpload, wireRequest, type WireAnswer } from './lib/wire.js'
 
 const DOC_FILE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../openapi/openapi.json')
 
@@ -35,6 +38,10 @@ type Mutation =
   | { kind: 'query-garbage'; name: string; text: string }
   | { kind: 'other-tenant' }
   | { kind: 'bad-auth'; header?: string }
+  | { kind: 'body-on-bodiless'; body: string }
+  | { kind: 'crlf-string'; raw: boolean }
+  | { kind: 'raw-path'; pick: number; text: string }
+  | { kind: 'close'; pad: boolean }
 
 interface Plan {
   op: number
@@ -48,6 +55,8 @@ interface Plan {
 }
 
 const UNSTORABLE = ['\u0000', 'a\u0000b', '\ud800', 'x\udfff', 'end\ud83d', '\udc00\ud800']
+/** a body big enough to be still on its way when an early answer comes */
+const PAD = JSON.stringify({ pad: 'p'.repeat(70_000) })
 
 function planArb(doc: any, ops: Operation[], hints: Hints, broken: boolean): fc.Arbitrary<Plan> {
   // what a session does (deliveries, answers, patches) comes up more often than reads and admin
@@ -69,7 +78,12 @@ function planArb(doc: any, ops: Operation[], hints: Hints, broken: boolean): fc.
       fc.record({ kind: fc.constant('query-garbage' as const), name: fc.constantFrom(...Object.keys(op.query), 'limit', 'after', 'cursor', 'x', '__proto__'), text: fc.oneof(fc.string({ unit: 'binary', maxLength: 30 }), fc.constantFrom('-1', '1e9', '99999999999', '%ZZ', '', '[]', '{}')) }),
       fc.record({ kind: fc.constant('other-tenant' as const) }),
       fc.record({ kind: fc.constant('bad-auth' as const), header: fc.option(fc.oneof(fc.constantFrom('Bearer', 'Bearer ', 'Basic Zm9vOmJhcg==', 'bearer agd_000000000000_AAAA', 'Token x'), fc.string({ unit: 'grapheme-ascii', maxLength: 60 })), { nil: undefined }) }),
+      // what a private fuzz run saw reset: bytes sent as they are (node:http refuses a NUL in a path)
+      fc.record({ kind: fc.constant('raw-path' as const), pick: fc.nat(), text: fc.constantFrom('\u0000', 'a\u0000b', '..', '../..', '.', 'x/../..') }),
+      // the client asks to close, and sends its body (70 KB with pad) once the answer began, as a slower uploader would
+      fc.record({ kind: fc.constant('close' as const), pad: fc.boolean() }),
     ]
+    if (!op.body) kinds.push(fc.record({ kind: fc.constant('body-on-bodiless' as const), body: fc.constantFrom('{}', '{"x":1}', '"a\r\nb"', PAD) }))
     if (op.body) {
       kinds.push(
         fc.record({ kind: fc.constant('missing' as const), pick: fc.nat() }),
@@ -79,6 +93,7 @@ function planArb(doc: any, ops: Operation[], hints: Hints, broken: boolean): fc.
         fc.record({ kind: fc.constant('deep' as const), depth: fc.constantFrom(50, 1000, 20_000, 200_000), array: fc.boolean() }),
         fc.record({ kind: fc.constant('bad-json' as const), cut: fc.nat(), garbage: fc.constantFrom('', '}', ',', 'NaN', "'", '\u0000', '{"a":', '\\u12') }),
         fc.record({ kind: fc.constant('content-type' as const), type: fc.constantFrom('text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/xml', 'application/json-patch+json', 'text/json', '') }),
+        fc.record({ kind: fc.constant('crlf-string' as const), raw: fc.boolean() }),
       )
     }
     return fc.record({ base, mutation: fc.oneof(...kinds) }).map(({ base: b, mutation }) => ({ ...b, mutation }))
@@ -114,6 +129,8 @@ interface Built {
   path: string
   headers: Record<string, string>
   body?: string | Buffer
+  /** written as raw bytes over a socket, the body after the answer began (rawUpload): a path node:http would refuse, an uploader slower than the server */
+  raw?: boolean
   /** what the answer must be, beyond the checks every answer gets */
   expect?: { status: number[]; code?: string; why: string }
   /** the session of tenant a it addresses, if any */
@@ -165,6 +182,19 @@ function agentStep(req: { context: { messages: any[]; tools?: Array<{ name: stri
   return { text: [`heard: ${text.slice(0, 40)}`] }
 }
 
+/** A request written as raw bytes (rawUpload), read back as a WireAnswer. */
+async function rawRequest(base: string, r: Built): Promise<WireAnswer> {
+  const body = r.body === undefined ? Buffer.alloc(0) : Buffer.isBuffer(r.body) ? r.body : Buffer.from(r.body)
+  const headers = Object.entries({ host: 'fuzz', ...r.headers, ...(r.body === undefined ? {} : { 'content-length': String(body.length) }) })
+  const x = await rawUpload(base, `${r.method} ${r.path} HTTP/1.1\r\n${headers.map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n`, body, { answerWaitMs: 100, settleMs: 100, timeoutMs: 30000 })
+  const a = x.answers[0]
+  const answer: WireAnswer = { status: a?.status ?? 0, headers: a?.headers ?? {}, text: a?.body ?? '', body: a?.json, reusedSocket: false }
+  if (!a) answer.error = x.reset ?? (x.timedOut ? 'TIMEOUT' : 'NO ANSWER')
+  else if (x.reset) answer.lateError = x.reset
+  observeAnswer(answer.body)
+  return answer
+}
+
 export async function runFuzz(ctx: PartContext): Promise<PartResult> {
   const started = Date.now()
   const total = ctx.size === 'long' ? 20_000 : 2_000
@@ -178,6 +208,7 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 4 })
   let sent = 0
   let noAnswer = 0
+  let resets = 0
   let isolationChecks = 0
   let healthChecks = 0
   try {
@@ -210,10 +241,16 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
     const known = new Set<string>()
 
     const send = async (r: Built, what: string): Promise<WireAnswer> => {
-      const ans = await wireRequest(target.url, { ...r, agent, timeoutMs: 30000 })
+      const ans = r.raw ? await rawRequest(target.url, r) : await wireRequest(target.url, { ...r, agent, timeoutMs: 30000 })
       sent++
       statuses.set(ans.status, (statuses.get(ans.status) ?? 0) + 1)
       const where = `#${sent} ${what}`
+      // a reset before the answer loses it; after it, it may have (the client's kernel drops what it had not read)
+      const reset = [ans.error, ans.lateError].find((e) => e === 'ECONNRESET' || e === 'EPIPE')
+      if (reset) {
+        resets++
+        problems.push(`${where}: the connection was reset (${reset}${ans.error ? ', no answer' : ' after the answer'})`)
+      }
       if (ans.error) {
         noAnswer++
         problems.push(`${where}: no whole answer (${ans.error})`)
@@ -252,6 +289,7 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       if (op.security === 'adminToken') headers.authorization = `Bearer ${target.adminToken}`
       let expect: Built['expect']
       let rawPath: string | undefined
+      let sendRaw = false
       if (m) {
         const spots = places(body)
         const spot = (n: number) => (spots.length ? spots[n % spots.length] : undefined)
@@ -334,16 +372,36 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
             else headers.authorization = m.header.replace(/[^\t\x20-\x7e]/g, '')
             if (op.security) expect = { status: [401], code: 'unauthorized', why: 'garbage auth' }
             break
+          case 'body-on-bodiless':
+            sendRaw = true
+            raw = m.body
+            if (!op.security && !op.pathParams.length) expect = { status: [400], code: 'bad-request', why: 'a body on a route that takes none' }
+            break
+          case 'crlf-string':
+            // raw CR LF inside a JSON string is not JSON; escaped, it is a string where an object belongs
+            raw = m.raw ? '"line one\r\nline two"' : '"line one\\r\\nline two"'
+            break
+          case 'raw-path':
+            sendRaw = true
+            if (op.pathParams.length) values[op.pathParams[m.pick % op.pathParams.length]] = m.text
+            break
+          case 'close':
+            sendRaw = true
+            headers.connection = 'close'
+            if (m.pad) raw = PAD
+            break
         }
       }
       // path: each parameter percent-encoded, except garbage meant to arrive as sent
-      rawPath = op.template.replace(/\{(\w+)\}/g, (_x, p: string) => (m?.kind === 'path-garbage' && values[p] === (m as { text: string }).text && /%/.test(values[p]) ? values[p] : enc(values[p] ?? 'x')))
+      const asSent = (p: string) => (m?.kind === 'path-garbage' && /%/.test(values[p]) && values[p] === m.text) || (m?.kind === 'raw-path' && values[p] === m.text)
+      rawPath = op.template.replace(/\{(\w+)\}/g, (_x, p: string) => (asSent(p) ? values[p] : enc(values[p] ?? 'x')))
+      if (m?.kind === 'raw-path' && !op.pathParams.length) rawPath += `/${m.text}`
       const qs = Object.entries(query).map(([k, v]) => `${enc(k)}=${enc(v)}`).join('&')
       if (qs) rawPath += `?${qs}`
       let payload: string | undefined = raw ?? (body === undefined ? undefined : JSON.stringify(body))
       if (payload !== undefined && headers['content-type'] === undefined) headers['content-type'] = 'application/json'
       if (payload !== undefined && !op.body && !m) payload = undefined
-      return { method: op.method, path: rawPath, headers, body: payload, expect, session: fromA ? values.id : undefined }
+      return { method: op.method, path: rawPath, headers, body: payload, expect, session: fromA ? values.id : undefined, raw: sendRaw }
     }
 
     const seed = ctx.seed
@@ -365,8 +423,10 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
     }
     ctx.log(`fuzz: ${sent} valid requests, ${pools.sessions.length} sessions`)
     const brokenPlans = fc.sample(planArb(doc, ops, hints, true), { seed: seed + 1, numRuns: total - validCount })
+    const byKind = new Map<string, number>()
     for (let i = 0; i < brokenPlans.length; i++) {
       const p = brokenPlans[i]
+      byKind.set(p.mutation!.kind, (byKind.get(p.mutation!.kind) ?? 0) + 1)
       const r = build(p)
       await send(r, `broken(${p.mutation?.kind}) ${ops[p.op].method} ${ops[p.op].template} ${r.path.slice(0, 120)}`)
       await check(i)
@@ -433,10 +493,12 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       ['requests sent', sent],
       ['  valid (generated)', validPlans.length],
       ['  broken (generated)', brokenPlans.length],
+      ...[...byKind].sort(([x], [y]) => x.localeCompare(y)).map(([k, n]) => [`    ${k}`, n] as [string, number]),
       ['2xx', byClass(200, 300)],
       ['4xx', byClass(400, 500)],
       ['5xx', byClass(500, 600)],
       ['no whole answer', noAnswer],
+      ['connection resets', resets],
       ...[...statuses].sort(([x], [y]) => x - y).map(([s, c]) => [`  status ${s}`, c] as [string, number]),
       ['isolation checks', isolationChecks],
       ['healthz checks', healthChecks],

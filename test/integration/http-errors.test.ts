@@ -254,6 +254,83 @@ describe.each(DB_KINDS)('bad input is refused and writes nothing on %s', (kind) 
     expect(await snapshot()).toEqual(before)
   })
 
+  it('every detail says what would have been right, with one path format, on every route', async () => {
+    const before = await snapshot()
+    const hook = await t.api('POST', '/v1/webhooks', { url: 'http://127.0.0.1:9/hook', events: ['turn.completed'] })
+    expect(hook.status).toBe(201)
+    const oneOf = (...xs: string[]) => `must be one of ${xs.map((x) => JSON.stringify(x)).join(', ')}`
+    const admin = { key: t.adminToken }
+    const cases: Array<[string, string, unknown, Array<[string, string]>, { key: string }?]> = [
+      // a value outside a fixed set names the set
+      ['GET', '/v1/usage?groupBy=week', undefined, [['querystring.groupBy', oneOf('day', 'model', 'session')]]],
+      ['POST', `/v1/sessions/${sid}/approvals/c1`, { decision: 'yes' }, [['body.decision', oneOf('allow', 'deny')]]],
+      ['POST', '/v1/sessions', { reasoningEffort: 'max' }, [['body.reasoningEffort', oneOf('minimal', 'low', 'medium', 'high', 'xhigh')]]],
+      ['POST', '/v1/sessions', { tools: [{ name: 'ok', execution: { type: 'shell' }, approval: 'maybe' }] }, [['body.tools[0].execution.type', oneOf('http', 'client', 'builtin')], ['body.tools[0].approval', oneOf('never', 'always')]]],
+      ['POST', '/v1/webhooks', { url: 'http://127.0.0.1:9/hook', events: ['turn.completed', 'turn.started'] }, [['body.events[1]', oneOf('turn.completed', 'turn.failed', 'turn.cancelled', 'turn.interrupted', 'session.requires_action')]]],
+      // numbers name their bounds, whatever side was crossed
+      ['GET', '/v1/sessions?limit=-1', undefined, [['querystring.limit', 'must be a whole number from 1 to 200 (default 50)']]],
+      ['GET', '/v1/sessions?limit=201', undefined, [['querystring.limit', 'must be a whole number from 1 to 200 (default 50)']]],
+      ['GET', `/v1/sessions/${sid}/events?limit=-1`, undefined, [['querystring.limit', 'must be a whole number from 1 to 5000 (default 500)']]],
+      ['GET', `/v1/sessions/${sid}/events?limit=0`, undefined, [['querystring.limit', 'must be a whole number from 1 to 5000 (default 500)']]],
+      ['GET', `/v1/sessions/${sid}/events?after=1.5`, undefined, [['querystring.after', 'must be an integer seq (-1, the default, reads from the start)']]],
+      ['GET', `/v1/webhooks/${hook.body.id}/deliveries?limit=500`, undefined, [['querystring.limit', 'must be a whole number from 1 to 100 (default 20)']]],
+      ['GET', `/v1/webhooks/${hook.body.id}/deliveries?limit=-3`, undefined, [['querystring.limit', 'must be a whole number from 1 to 100 (default 20)']]],
+      ['POST', '/v1/sessions', { maxTokens: -5 }, [['body.maxTokens', 'must be an integer from 1 to 10000000']]],
+      ['POST', '/v1/sessions', { maxTokens: 1.5 }, [['body.maxTokens', 'must be an integer']]],
+      ['POST', `/v1/sessions/${sid}/fork`, { atSeq: -1 }, [['body.atSeq', 'must be an integer of at least 0']]],
+      ['POST', '/v1/sessions', { tools: [{ name: 'ok', execution: { type: 'http', url: 'http://127.0.0.1:9/t', timeoutMs: 0 } }] }, [['body.tools[0].execution.timeoutMs', 'must be an integer from 1 to 3600000']]],
+      ['PATCH', `/v1/admin/tenants/${t.tenantId}`, { limits: { maxRunningSessions: -1, costUsdPerMonth: 0 } }, [['body.limits.maxRunningSessions', 'must be an integer from 1 to 1000000'], ['body.limits.costUsdPerMonth', 'must be a number greater than 0 and at most 1000000000000']], admin],
+      // lengths and list sizes
+      ['PATCH', `/v1/sessions/${sid}`, { title: 'x'.repeat(501) }, [['body.title', 'must be at most 500 characters long']]],
+      ['POST', '/v1/webhooks', { url: 'http://127.0.0.1:9/hook', events: [] }, [['body.events', 'must have 1 to 20 items']]],
+      ['POST', '/v1/admin/tenants', { name: '' }, [['body.name', 'must be 1 to 200 characters long']], admin],
+      // types, and unions that say their alternatives
+      ['POST', `/v1/sessions/${sid}/cancel`, { keepInbox: 'yes' }, [['body.keepInbox', 'must be a boolean']]],
+      ['POST', `/v1/sessions/${sid}/followup`, { content: 5 }, [['body.content', 'must be a string or an array']]],
+      ['POST', `/v1/sessions/${sid}/followup`, { content: [5] }, [['body.content[0]', 'must be an object']]],
+      ['PATCH', `/v1/sessions/${sid}`, { title: 5 }, [['body.title', 'must be a string or null']]],
+      ['PATCH', `/v1/admin/tenants/${t.tenantId}`, { limits: { tokensPerDay: 'x' } }, [['body.limits.tokensPerDay', 'must be an integer or null']], admin],
+      ['POST', '/v1/webhooks', { url: 5, events: ['turn.completed'] }, [['body.url', 'must be a string']]],
+      // patterns say what they stand for
+      ['POST', '/v1/sessions', { id: '-x' }, [['body.id', "must be letters, digits, '.', '_', ':' and '-', starting with a letter or digit"]]],
+      ['POST', '/v1/sessions', { tools: [{ name: 'bad name!', execution: { type: 'client' } }] }, [['body.tools[0].name', "must be 1 to 64 letters, digits, '_' and '-'"]]],
+      ['POST', '/v1/sessions', { mcpServers: [{ name: 'a b', url: 'http://127.0.0.1:9/mcp' }] }, [['body.mcpServers[0].name', "must be 1 to 32 letters, digits, '_' and '-', unique within the session (its tools are named <name>__<tool>)"]]],
+      ['PUT', '/v1/secrets/lower', { value: 'x' }, [['params.name', "must be 1 to 64 upper-case letters, digits and '_'"]]],
+      // the checks past the schema use the same paths
+      ['POST', '/v1/webhooks', { url: 'http://10.1.2.3/hook', events: ['turn.completed'] }, [['body.url', '10.1.2.3 is a private address (not listed in AGENTD_TOOL_HOSTS)']]],
+      ['POST', '/v1/sessions', { tools: [{ name: 'ok', execution: { type: 'http' } }] }, [['body.tools[0].execution.url', 'an http tool needs a url']]],
+      ['POST', `/v1/sessions/${sid}/followup`, { content: [{ type: 'text', text: 5 }] }, [['body.content[0].text', 'text must be a string']]],
+      ['POST', '/v1/sessions', { bogus: 1, tools: [{ name: 'ok', execution: { type: 'client', extra: 1 } }] }, [['body.bogus', 'unknown field'], ['body.tools[0].execution.extra', 'unknown field']]],
+      ['POST', `/v1/sessions/${sid}/tool-results`, { content: 'x' }, [['body.callId', 'is required']]],
+    ]
+    const format = /^(body|querystring|params|headers)(\.[^.[\]]+|\[\d+\])*$/
+    for (const [method, path, body, details, opts] of cases) {
+      const what = `${method} ${path} ${JSON.stringify(body)?.slice(0, 100)}`
+      const r = await t.api(method, path, body, opts)
+      expect(r.status, `${what}: ${r.text}`).toBe(400)
+      expect(r.body.error.details, what).toEqual(details.map(([p, message]) => ({ path: p, message })))
+      for (const d of r.body.error.details) expect(d.path, what).toMatch(format)
+      expect(r.body.error.message, what).toContain(details[0][1])
+    }
+    expect((await t.api('DELETE', `/v1/webhooks/${hook.body.id}`)).status).toBe(204)
+    expect(await snapshot()).toEqual(before)
+  })
+
+  it('every pattern a request is checked against says in words what it wants', async () => {
+    const doc = (await t.api('GET', '/openapi.json', undefined, { key: null })).body
+    const patterns: string[] = []
+    const walk = (v: unknown, where: string) => {
+      if (!v || typeof v !== 'object') return
+      const o = v as Record<string, unknown>
+      if (typeof o.pattern === 'string') patterns.push(`${where}: ${typeof o.description === 'string' ? 'described' : `no description for ${o.pattern}`}`)
+      for (const [k, x] of Object.entries(o)) walk(x, `${where}/${k}`)
+    }
+    walk(doc.paths, 'paths')
+    walk(doc.components?.schemas, 'components')
+    expect(patterns.length).toBeGreaterThan(5)
+    expect(patterns.filter((p) => !p.endsWith('described'))).toEqual([])
+  })
+
   it('a body over 1 MiB is 413 payload-too-large', async () => {
     const before = await snapshot()
     const big = JSON.stringify({ content: 'x'.repeat(1024 * 1024 + 16) })

@@ -2,7 +2,8 @@
 // is covered without touching this file), at the wire: every answer ≥ 400 is §10's shape with a §10
 // code, text PostgreSQL cannot store is 400 wherever it appears, a body on a route that takes none is
 // 400, malformed HTTP gets a §10 answer, and no early answer resets the connection of a client that is
-// still sending. Nothing refused changes anything.
+// still sending: a connection the server closes is closed in stages (a FIN, then the rest of the body
+// read and dropped), never reset. Nothing refused changes anything.
 
 import http from 'node:http'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -10,7 +11,7 @@ import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { errorShapeViolation } from '../faults/lib/contract.js'
 import { operations, type Operation } from '../faults/lib/operations.js'
-import { parseAnswers, rawExchange, rawSequence, wireRequest, type WireAnswer } from '../faults/lib/wire.js'
+import { parseAnswers, rawExchange, rawSequence, rawUpload, wireRequest, type WireAnswer } from '../faults/lib/wire.js'
 
 describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
   let t: TestApp
@@ -231,6 +232,42 @@ describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
       agent.destroy()
     }
     expect((await t.events(sid)).length).toBe(0)
+  })
+
+  it('requests a fuzz run saw reset are answered, and the connection closed with a FIN: GETs with a body, JSON strings with CR LF, NUL and .. in the path', async () => {
+    const before = await counts()
+    const auth = `authorization: Bearer ${t.key}\r\n`
+    const json = 'content-type: application/json\r\n'
+    const pad = JSON.stringify({ pad: 'p'.repeat(64 * 1024) })
+    // [what, request line and headers, body, status, code]
+    const kinds: Array<[string, string, string, number, string]> = [
+      ['GET /metrics with {}', `GET /metrics HTTP/1.1\r\nHost: x\r\n${json}`, '{}', 400, 'bad-request'],
+      ['GET /openapi.json with {}', `GET /openapi.json HTTP/1.1\r\nHost: x\r\n${json}`, '{}', 400, 'bad-request'],
+      ['GET …/messages with {}', `GET /v1/sessions/${sid}/messages HTTP/1.1\r\nHost: x\r\n${auth}${json}`, '{}', 400, 'bad-request'],
+      ['GET /metrics with 64 KiB', `GET /metrics HTTP/1.1\r\nHost: x\r\n${json}`, pad, 400, 'bad-request'],
+      ['GET …/messages with 64 KiB', `GET /v1/sessions/${sid}/messages HTTP/1.1\r\nHost: x\r\n${auth}${json}`, pad, 400, 'bad-request'],
+      ['a JSON string with CR LF to an unknown session', `POST /v1/sessions/nope/followup HTTP/1.1\r\nHost: x\r\n${auth}${json}`, '"line one\\r\\nline two"', 404, 'session-not-found'],
+      ['a JSON string with raw CR LF', `POST /v1/sessions/${sid}/followup HTTP/1.1\r\nHost: x\r\n${auth}${json}`, '"line one\r\nline two"', 400, 'bad-request'],
+      ['a JSON string with escaped CR LF', `POST /v1/sessions/${sid}/followup HTTP/1.1\r\nHost: x\r\n${auth}${json}`, '"line one\\r\\nline two"', 400, 'bad-request'],
+      ['a NUL in the path', `POST /v1/sessions/a\u0000b/followup HTTP/1.1\r\nHost: x\r\n${auth}${json}`, pad, 400, 'bad-request'],
+      ['.. in the path', `POST /v1/sessions/../sessions/${sid}/followup HTTP/1.1\r\nHost: x\r\n${auth}${json}`, pad, 404, 'not-found'],
+      ['.. as the session id', `GET /v1/sessions/../messages HTTP/1.1\r\nHost: x\r\n${auth}${json}`, '{}', 400, 'bad-request'],
+    ]
+    const problems: string[] = []
+    for (const [what, head, body, status, code] of kinds) {
+      for (const connection of ['close', 'keep-alive']) {
+        const r = await rawUpload(t.url, `${head}connection: ${connection}\r\ncontent-length: ${Buffer.byteLength(body, 'latin1')}\r\n\r\n`, body)
+        const where = `${what} (connection: ${connection})`
+        const answer = r.answers[0]
+        if (r.answers.length !== 1 || answer.status !== status || answer.json?.error?.code !== code) problems.push(`${where}: answers ${JSON.stringify(r.answers.map((a) => `${a.status} ${a.body.slice(0, 100)}`))}, want one ${status} ${code}`)
+        else if (errorShapeViolation(status, answer.json)) problems.push(`${where}: ${errorShapeViolation(status, answer.json)}`)
+        if (r.reset) problems.push(`${where}: reset (${r.reset})`)
+        else if (!r.fin) problems.push(`${where}: no FIN`)
+        if (!r.bodySent) problems.push(`${where}: the client could not send its whole body`)
+      }
+    }
+    expect(problems).toEqual([])
+    expect(await counts()).toEqual(before)
   })
 
   it('a resume point past any seq a log can hold reads as past the end, not as a database error', async () => {

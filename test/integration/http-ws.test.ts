@@ -1,5 +1,6 @@
 // API.md §6 WebSocket on both databases: the stream frames as JSON {event, id?, data}, input ops with
-// their acks, cancel, bad messages, authentication before the upgrade, and ?after= resume.
+// their acks, cancel, bad messages, authentication before the upgrade, ?after= resume, and a client
+// that stops reading: cut with a final stream/error slow-consumer message, its buffer bounded.
 
 import WebSocket from 'ws'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -8,6 +9,8 @@ import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
 import { upgradeStatus } from '../helpers/ws.js'
+import { until } from '../helpers/wait.js'
+import { MAX_BUFFERED } from '../../src/http/feed.js'
 
 interface WsFrame {
   event: string
@@ -185,8 +188,8 @@ describe.each(DB_KINDS)('WebSocket on %s', (kind) => {
     await c.next((f) => f.event === 'ack')
     c.send({ op: 'cancel', keepInbox: true })
     const k = await c.next((f) => f.event === 'ack')
-    expect(k.data.op).toBe('cancel')
-    expect(k.data.cancelled).toBe(false)
+    // API.md §6: an ack is {op, messageId?, seq?}; a cancel has neither
+    expect(k).toEqual({ event: 'ack', data: { op: 'cancel' } })
     expect((await t.api('GET', `/v1/sessions/${s.id}/inbox`)).body.nextStep.map((m: any) => m.id)).toEqual(['p1'])
     // a running turn: cancel ends it aborted and clears the inbox
     const g = gate()
@@ -198,8 +201,7 @@ describe.each(DB_KINDS)('WebSocket on %s', (kind) => {
     await c.next((f) => f.event === 'ack')
     c.send({ op: 'cancel' })
     const a = await c.next((f) => f.event === 'ack')
-    expect(a.data.op).toBe('cancel')
-    expect(a.data.cancelled).toBe(true)
+    expect(a).toEqual({ event: 'ack', data: { op: 'cancel' } })
     const end = await c.waitFor((f) => f.event === 'session/event' && f.data.type === 'turn/end')
     g.open()
     expect(end.data.data).toEqual({ turn: 1, reason: { kind: 'aborted', reason: { kind: 'user' } } })
@@ -252,6 +254,64 @@ describe.each(DB_KINDS)('WebSocket on %s', (kind) => {
     const ready = await c.waitFor((f) => f.event === 'stream/ready')
     expect(ready.data).toEqual({ headSeq: -1 })
   })
+
+  it('a client that stops reading is cut with a final stream/error slow-consumer message; the buffer it left stays bounded; it resumes from its last id', async () => {
+    const slow = await startTestApp({ kind, env: { AGENTD_SLOW_CONSUMER_MS: '2000' } })
+    try {
+      const headers = { authorization: `Bearer ${slow.key}` }
+      const s = await slow.createSession()
+      const url = `${slow.url.replace(/^http/, 'ws')}/v1/sessions/${s.id}/ws`
+      const stalled = await connect(url, headers)
+      const reader = await connect(url, headers)
+      await stalled.waitFor((f) => f.event === 'stream/ready')
+      await reader.waitFor((f) => f.event === 'stream/ready')
+      stalled.ws.pause()
+      // the server's side of each socket: what ws holds for it that the client has not read
+      const wss = (slow.app.http as unknown as { websocketServer: { clients: Set<WebSocket> } }).websocketServer
+      const open = () => [...wss.clients].filter((c) => c.readyState === WebSocket.OPEN).length
+      let peak = 0
+      const sample = setInterval(() => {
+        for (const c of wss.clients) peak = Math.max(peak, c.bufferedAmount)
+      }, 2)
+      // 400 KB injects: each a durable event and a live agent/inbox/inserted frame of that size
+      const big = 'x'.repeat(400_000)
+      let injected = 0
+      try {
+        while (open() === 2) {
+          expect(injected, 'the stalled client was never cut').toBeLessThan(100)
+          const r = await slow.api('POST', `/v1/sessions/${s.id}/inject`, { content: `${injected} ${big}` })
+          expect(r.status).toBe(202)
+          injected++
+        }
+      } finally {
+        clearInterval(sample)
+      }
+      // the reader is the one left; the stalled one was cut though it never closed its side
+      expect(stalled.ws.readyState).toBe(WebSocket.OPEN)
+      expect(peak, `peak buffered ${peak}`).toBeLessThanOrEqual(MAX_BUFFERED + 1024)
+      expect(peak, 'the client did stall the server side').toBeGreaterThan(MAX_BUFFERED / 4)
+      // read what was left for it: the last message is the slow-consumer frame, then the close
+      const closed = new Promise<number>((r) => stalled.ws.once('close', (code) => r(code)))
+      stalled.ws.resume()
+      expect(await closed).toBe(1001)
+      expect(stalled.frames.at(-1)).toEqual({ event: 'stream/error', data: { code: 'slow-consumer' } })
+      const seen = stalled.frames.filter((f) => f.event === 'session/event').map((f) => f.id!)
+      expect(seen).toEqual(seen.map((_, i) => i))
+      // the honest reader has every event; the stalled one resumes from its last id and gets the rest
+      const log = await slow.events(s.id)
+      expect(log).toHaveLength(injected)
+      await reader.waitFor((f) => f.event === 'session/event' && f.id === log.length - 1, 30000)
+      expect(reader.frames.filter((f) => f.event === 'session/event').map((f) => f.id)).toEqual(log.map((e) => e.seq))
+      const again = await connect(`${url}?after=${seen.at(-1) ?? -1}`, headers)
+      await again.waitFor((f) => f.event === 'stream/ready', 30000)
+      expect([...seen, ...again.frames.filter((f) => f.event === 'session/event').map((f) => f.id!)]).toEqual(log.map((e) => e.seq))
+      await until('the slow socket is let go', () => open() === 2)
+      await again.close()
+      await reader.close()
+    } finally {
+      await slow.close()
+    }
+  }, 120000)
 
   it('?after= resumes after a seq', async () => {
     const s = await t.createSession()

@@ -638,6 +638,7 @@ export interface components {
         /** @description text, or content blocks */
         Content: string | components["schemas"]["InputBlock"][];
         CreateSessionBody: {
+            /** @description letters, digits, '.', '_', ':' and '-', starting with a letter or digit */
             id?: string;
             maxTokens?: number;
             mcpServers?: components["schemas"]["McpServer"][];
@@ -652,6 +653,7 @@ export interface components {
         };
         DeliveryBody: {
             content: components["schemas"]["Content"];
+            /** @description letters, digits, '.', '_', ':' and '-', starting with a letter or digit */
             id?: string;
         };
         ErrorBody: {
@@ -741,7 +743,7 @@ export interface components {
             headers?: {
                 [key: string]: string;
             };
-            /** @description unique within the session; its tools are named <name>__<tool> */
+            /** @description 1 to 32 letters, digits, '_' and '-', unique within the session (its tools are named <name>__<tool>) */
             name: string;
             /** @description allow-list of the server's tool names */
             tools?: string[];
@@ -863,6 +865,7 @@ export interface components {
                 type: "http" | "client" | "builtin";
                 url?: string;
             };
+            /** @description 1 to 64 letters, digits, '_' and '-' */
             name: string;
             /** @description JSON Schema of the arguments (an object schema) */
             parameters?: {
@@ -2725,7 +2728,7 @@ export interface operations {
             content: {
                 "application/json": {
                     description?: string;
-                    events: string[];
+                    events: ("turn.completed" | "turn.failed" | "turn.cancelled" | "turn.interrupted" | "session.requires_action")[];
                     /** @description http or https; under the address guard of http tools (AGENTD_TOOL_HOSTS) */
                     url: string;
                 };

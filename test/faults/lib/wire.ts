@@ -129,6 +129,76 @@ export function rawExchange(base: string, bytes: string | Buffer, timeoutMs = 30
   })
 }
 
+export interface RawUpload {
+  /** the answers, parsed */
+  answers: ReturnType<typeof parseAnswers>
+  /** the server ended the connection with a FIN (before any reset) */
+  fin: boolean
+  /** the connection was reset (ECONNRESET, or EPIPE on a write after the server's reset) */
+  reset?: string
+  /** the whole body was written */
+  bodySent: boolean
+  /** nothing closed the connection within timeoutMs: the client cut it */
+  timedOut: boolean
+}
+
+/**
+ * One request in raw bytes as an uploading client sends it: the head, then, once the answer began (or
+ * after `answerWaitMs`), the body in 16 KiB pieces, on a connection kept half-open so the client goes
+ * on sending after the server's FIN. Reads until the server closes, or `settleMs` after the body when
+ * it keeps the connection (then the client closes it): whether the close was a FIN or a reset.
+ */
+export function rawUpload(base: string, head: string, body: string | Buffer, { answerWaitMs = 1000, settleMs = 300, timeoutMs = 10000 } = {}): Promise<RawUpload> {
+  const u = new URL(base)
+  const bytes = Buffer.isBuffer(body) ? body : Buffer.from(body, 'latin1')
+  return new Promise((resolve) => {
+    let data = ''
+    const out: RawUpload = { answers: [], fin: false, bodySent: false, timedOut: false }
+    const s = net.connect({ port: Number(u.port), host: u.hostname, allowHalfOpen: true })
+    s.setEncoding('latin1')
+    s.on('data', (c: string) => (data += c))
+    s.on('end', () => {
+      if (!out.reset) out.fin = true
+    })
+    s.on('error', (e: NodeJS.ErrnoException) => {
+      out.reset ??= e.code ?? e.message
+    })
+    const timer = setTimeout(() => {
+      out.timedOut = true
+      s.destroy()
+    }, timeoutMs)
+    s.on('close', () => {
+      clearTimeout(timer)
+      out.answers = parseAnswers(data)
+      resolve(out)
+    })
+    s.on('connect', async () => {
+      s.write(head)
+      const deadline = Date.now() + answerWaitMs
+      while (!data.includes('\r\n\r\n') && Date.now() < deadline && !s.destroyed) await new Promise((r) => setTimeout(r, 5))
+      for (let i = 0; i < bytes.length && !s.destroyed; i += 16384) {
+        await new Promise<void>((r) => s.write(bytes.subarray(i, i + 16384), () => r()))
+        await new Promise((r) => setTimeout(r, 2))
+      }
+      out.bodySent = !s.destroyed
+      // a server that keeps the connection leaves the close to the client, once the answer is whole
+      // (Node takes a client's FIN before its answer for an abort)
+      while (!s.destroyed && !out.fin && !wholeAnswer(data)) await new Promise((r) => setTimeout(r, 5))
+      setTimeout(() => {
+        if (!s.destroyed) s.end()
+      }, settleMs)
+    })
+  })
+}
+
+/** Whether the bytes hold a whole first answer (its head, and a body of its content-length). */
+function wholeAnswer(data: string): boolean {
+  const end = data.indexOf('\r\n\r\n')
+  if (end < 0) return false
+  const len = /\r\ncontent-length: *(\d+)/i.exec(data.slice(0, end))
+  return data.length >= end + 4 + Number(len?.[1] ?? 0)
+}
+
 /** The HTTP answers in a raw byte stream: status, headers and body of each, in order. */
 export function parseAnswers(data: string): Array<{ status: number; headers: Record<string, string>; body: string; json: any }> {
   const out = []
