@@ -4,7 +4,7 @@ import crypto from 'node:crypto'
 import pino, { type Logger } from 'pino'
 import type { FastifyInstance } from 'fastify'
 import type { Config } from './config.js'
-import { Agent, Intake, KeyedMutex, Publisher, Sessions, SystemPromptService, errorChain, type AgentDeps } from './agent/index.js'
+import { Agent, Agents, Intake, KeyedMutex, Publisher, Sessions, SystemPromptService, errorChain, type AgentDeps } from './agent/index.js'
 import { Feeds, LiveAttempts, LocalHub, PgBus, type Bus, type LiveFrame } from './bus/index.js'
 import { createRoot, type Context } from './hooks/index.js'
 import { buildHttp, Listener, type DriverControl } from './http/index.js'
@@ -17,7 +17,7 @@ import { WorkerHost } from './worker/index.js'
 import { Secrets, Tenancy, embeddedSecretKey, type Clock } from './tenancy/index.js'
 import { Deliverer, WebhookService, type DelivererOptions } from './webhooks/index.js'
 import { ApiError } from './errors.js'
-import { ensureEmbeddedTenant } from './embedded-tenant.js'
+import { ensureDefaultAgent, ensureEmbeddedTenant } from './embedded-tenant.js'
 import { pluginConfigError, preflight, reachDatabase } from './preflight.js'
 
 export interface App {
@@ -29,6 +29,7 @@ export interface App {
   llm: LlmService
   intake: Intake
   sessions: Sessions
+  agents: Agents
   publisher: Publisher
   metrics: Metrics
   tenancy: Tenancy
@@ -123,6 +124,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       models: llm,
       tools: { builtin: (name) => registry.get(name), checkUrl: (url) => checkToolUrl(url, toolPolicy) },
     })
+    const agents = new Agents({ db, sessions })
+    if (!config.databaseUrl && !o.db) await ensureDefaultAgent(db, agents)
     const feeds = new Feeds(bus, db)
     const attempts = new LiveAttempts(bus)
     cleanup.push(() => attempts.close())
@@ -198,6 +201,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       llm,
       intake,
       sessions,
+      agents,
       publisher,
       metrics,
       tenancy,
@@ -220,6 +224,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       log,
       intake,
       sessions,
+      agents,
       feeds,
       metrics,
       tenancy,

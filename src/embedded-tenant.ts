@@ -1,10 +1,12 @@
 // API.md §3: on the embedded database, the first start creates tenant `default` and shows its key once;
-// every later start says where that key is kept, without showing it.
+// every later start says where that key is kept, without showing it. API.md §16: it also creates the
+// tenant's agent `default`, so the client protocols answer out of the box.
 
 import fs from 'node:fs'
 import path from 'node:path'
 import type { Logger } from 'pino'
-import { tenants, type Db } from './store/index.js'
+import type { Agents } from './agent/index.js'
+import { agents as agentStore, tenants, type Db } from './store/index.js'
 
 export const API_KEY_FILE = 'api-key'
 
@@ -23,4 +25,17 @@ export async function ensureEmbeddedTenant(db: Db, dataDir: string, log: Logger,
   out.write(`\nagentd: created tenant "default". Its API key, shown only this once and kept in ${file}:\n\n    ${t.apiKey}\n\n`)
   log.info({ file }, 'created tenant "default"; its API key was shown once and is kept in the api-key file')
   return t.apiKey
+}
+
+/** The agent the embedded database starts with (API.md §16), created as this POST /v1/agents body would. */
+export const DEFAULT_AGENT = { id: 'default', name: 'Default', description: 'the agent the embedded database starts with: faux/echo, no tools', model: 'faux/echo' }
+
+/**
+ * Creates agent `default` in tenant `default` unless that id was ever used there: on the first start,
+ * and on the first start of a data directory made before agents existed; a deleted one stays deleted.
+ */
+export async function ensureDefaultAgent(db: Db, agents: Agents): Promise<void> {
+  const tenantId = await tenants.firstTenantNamed(db, 'default')
+  if (!tenantId || (await agentStore.agentIdUsed(db, tenantId, DEFAULT_AGENT.id))) return
+  await agents.create(tenantId, DEFAULT_AGENT)
 }

@@ -46,6 +46,8 @@ export function createClient({ apiKey, baseUrl = location.origin }) {
     createSession: wrap((body = {}) => sdk.sessions.create(body)),
     getSession: wrap((id) => sdk.sessions.get(id)),
     updateSession: wrap((id, patch) => sdk.sessions.update(id, patch)),
+    // §16 agents; a session is made from one with createSession({agent})
+    listAgents: wrap(({ limit, cursor } = {}) => sdk.agents.page({ limit, cursor })),
     // §5 input; `kind` is the route: followup | steer | inject. The SDK sends an idempotency key (or
     // `messageId`, the message's own id) and repeats the send through failures: never lost, never doubled
     deliver: wrap((id, kind, content, { messageId } = {}) => sdk.send(kind, id, content, messageId ? { id: messageId } : {})),

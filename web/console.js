@@ -10,6 +10,7 @@ import { closeView, initView, openView } from './view.js'
 import { initUsage, refreshUsage } from './usage.js'
 import { initSecrets, refreshSecrets } from './secrets.js'
 import { initWebhooks, refreshWebhooks } from './webhooks.js'
+import { initAgents, refreshAgents } from './agents.js'
 
 function hashSession() {
   const m = /^#session=(.+)$/.exec(location.hash)
@@ -58,6 +59,7 @@ function saveKey(e) {
   keySaved()
   $('topbar').classList.remove('key-open')
   void refreshSessions()
+  void refreshAgents()
   void refreshUsage()
   void refreshSecrets()
   void refreshWebhooks()
@@ -80,6 +82,7 @@ function init() {
     if (e.key === 'Escape') setDrawer(false)
   })
   initSessions({ onSelect: selectSession })
+  initAgents({ onSelect: selectSession })
   initView({ onSessionGone: sessionGone })
   initComposer()
   initUsage()

@@ -38,6 +38,7 @@ export function openView(id) {
   updateEmpty(v)
   $('session-id').textContent = id
   $('session-model').textContent = ''
+  $('session-agent').hidden = true
   $('session-title').value = ''
   $('session-head').textContent = '-1'
   $('session-usage').textContent = ''
@@ -78,6 +79,8 @@ export async function loadSession(v, { first = false } = {}) {
   const s = r.value
   v.session = s
   $('session-model').textContent = s.model
+  $('session-agent').hidden = !s.agent
+  $('session-agent-ref').textContent = s.agent ? `${s.agent.id}@${s.agent.version}` : ''
   if (document.activeElement !== $('session-title')) $('session-title').value = s.title ?? ''
   $('session-usage').textContent = fmtUsage(s.usage)
   $('last-turn').replaceChildren(...[lastTurnBadge(s.lastTurn)].filter(Boolean))

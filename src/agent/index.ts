@@ -1,5 +1,6 @@
 // The agent's door: the Agent and its handle, attaching (crash repair), intake of deliveries and
-// cancels from any process, sessions, publication, and the prompt services plugins use.
+// cancels from any process, sessions and the agents they are made from (API.md §16), publication,
+// and the prompt services plugins use.
 export { Agent, agentOf, type AgentDeps, type AgentHost } from './agent.js'
 export type { Phase } from './phases.js'
 export type { AgentHandle } from './handle.js'
@@ -8,7 +9,8 @@ export type { AgentSpec } from './context.js'
 export { continuationDuty, decideContinuation, continuationDelayMs, type ContinuationDuty, type ContinuationDecision } from './continuation.js'
 export { attach, planRepair, OUTCOME_UNKNOWN_TEXT, NOT_STARTED_TEXT, type Attached } from './attach.js'
 export { Intake, bodyHash, type Accepted, type LocalAgents } from './intake.js'
-export { Sessions, sessionObject, newSessionId, type SessionObject, type ToolValidation, type ModelValidation } from './sessions.js'
+export { Sessions, sessionObject, newSessionId, type SessionObject, type SessionSettings, type ToolValidation, type ModelValidation } from './sessions.js'
+export { Agents, agentObject, type AgentObject, type CreateAgentBody, type PatchAgentBody } from './agents.js'
 export { Publisher, type SessionRef } from './publish.js'
 export { KeyedMutex } from './locks.js'
 export { SessionLog, LeaseLostError, type Lease, type SessionLogDeps, type UnitBuilder } from './log.js'

@@ -4,7 +4,7 @@
 import crypto from 'node:crypto'
 import { ApiError, badRequest, type ErrorDetail } from '../errors.js'
 import { assertLosslessJson, canonicalJson, emptyInbox, foldInbox, lastTurnOf, planClear, publicStatus, sumUsage, type Draft, type JsonObject, type SessionEvent, type SplicedData, type TurnEndReason, type UsageTotals } from '../session/index.js'
-import { copyLogPrefix, getSession, insertSession, lockSession, readEvents, stamp, writeEvents, type Db, type SessionRow, type SessionSpec } from '../store/index.js'
+import { agents, copyLogPrefix, getSession, insertSession, lockSession, readEvents, stamp, writeEvents, type AgentVersionRow, type Db, type SessionRow, type SessionSpec } from '../store/index.js'
 import { headerProblem } from '../tools/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
@@ -21,6 +21,16 @@ export interface ModelValidation {
   readonly defaultModel: string
 }
 
+/** API.md §4: a session's settings as they stand now */
+export interface SessionSettings {
+  model: string
+  system: string
+  tools: JsonObject[]
+  mcpServers: JsonObject[]
+  maxTokens: number | null
+  reasoningEffort: string | null
+}
+
 export interface SessionObject {
   id: string
   title: string | null
@@ -33,6 +43,11 @@ export interface SessionObject {
   usage: UsageTotals
   /** API.md §4: the latest turn/end, null before the first turn ends */
   lastTurn: { turn: number; reason: TurnEndReason; endedAt: string } | null
+  /** API.md §4, §16: the agent version the session was made from */
+  agent: { id: string; version: number } | null
+  /** API.md §18: the subject that created the session; null until credentials exist */
+  owner: string | null
+  settings: SessionSettings
 }
 
 export function sessionObject(r: SessionRow): SessionObject {
@@ -47,19 +62,50 @@ export function sessionObject(r: SessionRow): SessionObject {
     metadata: r.metadata,
     usage: { ...r.usage, costUsd: Math.round(r.usage.costUsd * 1e9) / 1e9 },
     lastTurn: r.lastTurn ? { turn: r.lastTurn.turn, reason: r.lastTurn.reason, endedAt: new Date(r.lastTurn.time).toISOString() } : null,
+    agent: r.agent,
+    owner: null,
+    settings: settingsShown(r),
   }
 }
 
-export interface CreateBody {
-  id?: string
+/** Settings as an answer shows them: every one present, null for an absent limit. */
+export function settingsShown(r: { model: string; system: string; tools: JsonObject[]; mcpServers?: JsonObject[]; maxTokens?: number; reasoningEffort?: string }): SessionSettings {
+  return { model: r.model, system: r.system, tools: r.tools, mcpServers: r.mcpServers ?? [], maxTokens: r.maxTokens ?? null, reasoningEffort: r.reasoningEffort ?? null }
+}
+
+/** The settings of API.md §4 as a body gives them (session create, agent create and PATCH). */
+export interface SettingsInput {
   model?: string
   system?: string
   tools?: JsonObject[]
+  mcpServers?: JsonObject[]
   maxTokens?: number
   reasoningEffort?: string
-  metadata?: JsonObject
-  mcpServers?: JsonObject[]
 }
+
+export interface CreateBody extends SettingsInput {
+  id?: string
+  /** API.md §4: `id` or `id@version` of an agent (§16) whose settings the session starts from */
+  agent?: string
+  metadata?: JsonObject
+}
+
+/** Every number of a body must survive JSON text unchanged (it is stored and hashed as text). */
+export function assertLosslessBody(body: unknown): void {
+  try {
+    assertLosslessJson(body as JsonObject)
+  } catch (e) {
+    throw badRequest(`body is not lossless JSON: ${(e as Error).message}`)
+  }
+}
+
+/** API.md §4: `id` or `id@version`, as the schema lets it through */
+export function parseAgentRef(ref: string): { id: string; version?: number } {
+  const at = ref.lastIndexOf('@')
+  return at < 0 ? { id: ref } : { id: ref.slice(0, at), version: Number(ref.slice(at + 1)) }
+}
+
+export const agentNotFound = (id: string, version?: number) => new ApiError('not-found', version === undefined ? `agent ${id} not found` : `agent ${id} has no version ${version}`)
 
 /** API.md §12: at most this many MCP servers per session */
 export const MAX_MCP_SERVERS = 16
@@ -139,21 +185,36 @@ export class Sessions {
     return servers.map((s) => structuredClone(s))
   }
 
-  /** POST /v1/sessions: 201 a new session, 200 the existing one for a repeated identical create. */
+  /**
+   * Validates the settings a body gives as session create does (API.md §4: the model resolves, tools
+   * and MCP servers as above); returns them normalized, the absent ones absent.
+   */
+  async validateSettings(s: SettingsInput): Promise<SettingsInput> {
+    if (s.model !== undefined && !this.d.models.resolveModel(s.model)) throw new ApiError('model-unavailable', `model ${s.model} does not resolve (models file, then the pi-ai catalogue)`)
+    const out = { ...s }
+    if (s.tools !== undefined) out.tools = await this.validateTools(s.tools)
+    if (s.mcpServers !== undefined) out.mcpServers = await this.validateMcpServers(s.mcpServers)
+    return out
+  }
+
+  /**
+   * POST /v1/sessions: 201 a new session, 200 the existing one for a repeated identical create. The
+   * create hash is the body's as sent, `agent` as written: a repeat answers the session it made even
+   * after the agent gained versions or was deleted.
+   */
   async create(tenantId: string, body: CreateBody): Promise<{ row: SessionRow; created: boolean }> {
-    try {
-      assertLosslessJson(body)
-    } catch (e) {
-      throw badRequest(`body is not lossless JSON: ${(e as Error).message}`)
-    }
-    const model = body.model ?? this.d.models.defaultModel
-    if (!this.d.models.resolveModel(model)) throw new ApiError('model-unavailable', `model ${model} does not resolve (models file, then the pi-ai catalogue)`)
-    const tools = await this.validateTools(body.tools ?? [])
-    const mcpServers = await this.validateMcpServers(body.mcpServers ?? [])
-    const spec: SessionSpec = { model, system: body.system ?? '', tools, mcpServers, metadata: body.metadata ?? {} }
-    if (body.maxTokens !== undefined) spec.maxTokens = body.maxTokens
-    if (body.reasoningEffort !== undefined) spec.reasoningEffort = body.reasoningEffort
+    assertLosslessBody(body)
     const createHash = crypto.createHash('sha256').update(canonicalJson(body)).digest('hex')
+    let spec: SessionSpec
+    try {
+      spec = await this.specOf(tenantId, body)
+    } catch (e) {
+      if (body.id !== undefined && e instanceof ApiError && (e.code === 'not-found' || e.code === 'model-unavailable')) {
+        const existing = await getSession(this.d.db, tenantId, body.id)
+        if (existing?.createHash === createHash) return { row: existing, created: false }
+      }
+      throw e
+    }
     const id = body.id ?? newSessionId()
     const now = Date.now()
     const row = await insertSession(this.d.db, { ...spec, key: crypto.randomUUID(), tenantId, id, createHash, createdAt: now })
@@ -162,6 +223,30 @@ export class Sessions {
     if (!existing) throw new ApiError('session-conflict', `session ${id} was created and deleted concurrently; try again`)
     if (existing.createHash !== createHash) throw new ApiError('session-conflict', `session ${id} exists with a different body`)
     return { row: existing, created: false }
+  }
+
+  /**
+   * What a create body makes (API.md §4): the agent version's settings, if any, with every setting the
+   * body gives replacing the version's and the body's metadata merged over the version's; validated
+   * whole, as an inline create is.
+   */
+  private async specOf(tenantId: string, body: CreateBody): Promise<SessionSpec> {
+    const { id: _id, agent: ref, metadata, ...given } = body
+    let base: AgentVersionRow | undefined
+    if (ref !== undefined) {
+      const { id, version } = parseAgentRef(ref)
+      base = await agents.readAgent(this.d.db, tenantId, id, version)
+      if (!base) throw agentNotFound(id, version)
+    }
+    const start: SettingsInput = base
+      ? { model: base.model, system: base.system, tools: base.tools, mcpServers: base.mcpServers, ...(base.maxTokens !== undefined ? { maxTokens: base.maxTokens } : {}), ...(base.reasoningEffort !== undefined ? { reasoningEffort: base.reasoningEffort } : {}) }
+      : { model: this.d.models.defaultModel, system: '', tools: [], mcpServers: [] }
+    const s = await this.validateSettings({ ...start, ...given })
+    const spec: SessionSpec = { model: s.model!, system: s.system!, tools: s.tools!, mcpServers: s.mcpServers!, metadata: base ? { ...base.metadata, ...(metadata ?? {}) } : (metadata ?? {}) }
+    if (s.maxTokens !== undefined) spec.maxTokens = s.maxTokens
+    if (s.reasoningEffort !== undefined) spec.reasoningEffort = s.reasoningEffort
+    if (base) spec.agent = { id: base.id, version: base.version }
+    return spec
   }
 
   /**
@@ -191,7 +276,8 @@ export class Sessions {
     const lastTurn = lastTurnOf(prefix)
     const now = Date.now()
     const child = await this.d.db.transaction(async (tx) => {
-      const spec: SessionSpec = { model: source.model, system: source.system, tools: source.tools, mcpServers: source.mcpServers, metadata: source.metadata }
+      // API.md §9: the source's current settings, its agent and metadata
+      const spec: SessionSpec = { model: source.model, system: source.system, tools: source.tools, mcpServers: source.mcpServers, metadata: source.metadata, agent: source.agent }
       if (source.maxTokens !== undefined) spec.maxTokens = source.maxTokens
       if (source.reasoningEffort !== undefined) spec.reasoningEffort = source.reasoningEffort
       const id = newSessionId()

@@ -14,6 +14,7 @@ import { sessionLoading } from './session.js'
 import { opsRoutes } from './ops.js'
 import { adminRoutes } from './admin.js'
 import { sessionRoutes } from './sessions.js'
+import { agentRoutes } from './agents.js'
 import { inboxRoutes } from './inbox.js'
 import { eventRoutes } from './events.js'
 import { streamRoutes } from './streams.js'
@@ -66,6 +67,7 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(sessionLoading, deps)
       await v1.register(adminRoutes, deps)
       await v1.register(sessionRoutes, deps)
+      await v1.register(agentRoutes, deps)
       await v1.register(inboxRoutes, deps)
       await v1.register(eventRoutes, deps)
       await v1.register(streamRoutes, deps)

@@ -3,7 +3,7 @@
 
 import type { Logger } from 'pino'
 import type { Config } from '../config.js'
-import type { Intake, Sessions } from '../agent/index.js'
+import type { Agents, Intake, Sessions } from '../agent/index.js'
 import type { Feeds, LiveFrame } from '../bus/index.js'
 import type { Metrics } from '../metrics.js'
 import type { Db, Principal, SessionRow } from '../store/index.js'
@@ -18,6 +18,8 @@ export interface HttpDeps {
   log: Logger
   intake: Intake
   sessions: Sessions
+  /** the tenant's agents (API.md §16) */
+  agents: Agents
   feeds: Feeds
   metrics: Metrics
   /** tenant limits and usage (API.md §15) */

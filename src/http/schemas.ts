@@ -71,16 +71,31 @@ const McpServers = Type.Array(McpServer, { maxItems: 16 })
 
 export const ReasoningEffort = Type.Union(['minimal', 'low', 'medium', 'high', 'xhigh'].map((x) => Type.Literal(x)))
 
+/** API.md §4: the session settings, as session create, agent create and their PATCHes take them */
+const SETTINGS = {
+  model: Type.String({ minLength: 3, maxLength: 300, description: 'provider/modelId' }),
+  system: Type.String({ maxLength: 500000 }),
+  tools: Type.Array(ToolSpec, { maxItems: 128 }),
+  maxTokens: Type.Integer({ minimum: 1, maximum: 10000000 }),
+  reasoningEffort: ReasoningEffort,
+  mcpServers: McpServers,
+}
+
+/** API.md §16: an agent's id, unique within its tenant */
+export const AgentId = Type.String({ pattern: '^[A-Za-z0-9_.-]{1,64}$' })
+const AgentVersion = Type.Integer({ minimum: 1 })
+
 export const CreateSessionBody = Type.Object(
   {
     id: Type.Optional(Id),
-    model: Type.Optional(Type.String({ minLength: 3, maxLength: 300 })),
-    system: Type.Optional(Type.String({ maxLength: 500000 })),
-    tools: Type.Optional(Type.Array(ToolSpec, { maxItems: 128 })),
-    maxTokens: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000000 })),
-    reasoningEffort: Type.Optional(ReasoningEffort),
+    agent: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_.-]{1,64}(@[1-9][0-9]{0,8})?$', description: 'id or id@version of an agent (§16): the session starts from its settings (the latest version without @version); settings given here replace the version\'s, metadata is merged over its metadata' })),
+    model: Type.Optional(SETTINGS.model),
+    system: Type.Optional(SETTINGS.system),
+    tools: Type.Optional(SETTINGS.tools),
+    maxTokens: Type.Optional(SETTINGS.maxTokens),
+    reasoningEffort: Type.Optional(SETTINGS.reasoningEffort),
     metadata: Type.Optional(Metadata),
-    mcpServers: Type.Optional(McpServers),
+    mcpServers: Type.Optional(SETTINGS.mcpServers),
   },
   { additionalProperties: false },
 )
@@ -89,6 +104,65 @@ export const PatchSessionBody = Type.Object(
   { title: Type.Optional(Type.Union([Type.String({ maxLength: 500 }), Type.Null()])), metadata: Type.Optional(Metadata), mcpServers: Type.Optional(McpServers) },
   { additionalProperties: false },
 )
+
+/** the settings as an answer shows them: every one present, null for an absent limit */
+const SETTINGS_SHOWN = {
+  model: Type.String(),
+  system: Type.String(),
+  tools: Type.Array(ToolSpec),
+  mcpServers: Type.Array(McpServer),
+  maxTokens: Type.Union([Type.Integer(), Type.Null()]),
+  reasoningEffort: Type.Union([ReasoningEffort, Type.Null()]),
+}
+export const SessionSettings = Type.Object(SETTINGS_SHOWN, { description: "the session's settings as they stand now" })
+export const AgentRef = Type.Object({ id: Type.String(), version: Type.Integer({ minimum: 1 }) }, { description: 'an agent version' })
+
+const AGENT_TEXT = {
+  name: Type.String({ minLength: 1, maxLength: 200 }),
+  description: Type.String({ maxLength: 2000 }),
+}
+export const CreateAgentBody = Type.Object(
+  {
+    id: Type.Optional(AgentId),
+    name: AGENT_TEXT.name,
+    description: Type.Optional(AGENT_TEXT.description),
+    model: SETTINGS.model,
+    system: Type.Optional(SETTINGS.system),
+    tools: Type.Optional(SETTINGS.tools),
+    mcpServers: Type.Optional(SETTINGS.mcpServers),
+    maxTokens: Type.Optional(SETTINGS.maxTokens),
+    reasoningEffort: Type.Optional(SETTINGS.reasoningEffort),
+    metadata: Type.Optional(Metadata),
+  },
+  { additionalProperties: false },
+)
+export const PatchAgentBody = Type.Object(
+  {
+    name: Type.Optional(AGENT_TEXT.name),
+    description: Type.Optional(Type.Union([AGENT_TEXT.description, Type.Null()])),
+    model: Type.Optional(SETTINGS.model),
+    system: Type.Optional(SETTINGS.system),
+    tools: Type.Optional(SETTINGS.tools),
+    mcpServers: Type.Optional(SETTINGS.mcpServers),
+    maxTokens: Type.Optional(Type.Union([SETTINGS.maxTokens, Type.Null()])),
+    reasoningEffort: Type.Optional(Type.Union([SETTINGS.reasoningEffort, Type.Null()])),
+    metadata: Type.Optional(Metadata),
+  },
+  { additionalProperties: false, description: 'the fields to change (null removes description, maxTokens or reasoningEffort); the others stay as the latest version has them' },
+)
+export const AgentObject = Type.Object({
+  id: Type.String(),
+  version: AgentVersion,
+  name: Type.String(),
+  description: Type.Union([Type.String(), Type.Null()]),
+  ...SETTINGS_SHOWN,
+  metadata: Metadata,
+  createdAt: Type.String({ format: 'date-time', description: 'when the agent was created' }),
+  updatedAt: Type.String({ format: 'date-time', description: 'when this version was made' }),
+})
+export const AgentList = Type.Object({ agents: Type.Array(AgentObject), nextCursor: Type.Union([Type.String(), Type.Null()]) })
+export const AgentParams = Type.Object({ id: AgentId })
+export const AgentVersionParams = Type.Object({ id: AgentId, version: Type.String({ pattern: '^[1-9][0-9]{0,8}$', description: 'a version number, from 1' }) })
 
 export const Usage = Type.Object({ inputTokens: Type.Number(), outputTokens: Type.Number(), cacheReadTokens: Type.Number(), cacheWriteTokens: Type.Number(), reasoningTokens: Type.Number(), costUsd: Type.Number() })
 
@@ -128,6 +202,9 @@ export const SessionObject = Type.Object({
   metadata: Metadata,
   usage: Usage,
   lastTurn: Type.Union([LastTurn, Type.Null()], { description: 'null before the first turn ends' }),
+  agent: Type.Union([AgentRef, Type.Null()], { description: 'the agent version the session was made from (§16), null for a session made inline' }),
+  owner: Type.Union([Type.String(), Type.Null()], { description: 'the subject that created the session (§18), or null' }),
+  settings: SessionSettings,
 })
 
 export const SessionList = Type.Object({ sessions: Type.Array(SessionObject), nextCursor: Type.Union([Type.String(), Type.Null()]) })
@@ -254,6 +331,12 @@ export const COMPONENTS: Record<string, TSchema> = {
   ReasoningEffort,
   CreateSessionBody,
   PatchSessionBody,
+  SessionSettings,
+  AgentRef,
+  AgentObject,
+  AgentList,
+  CreateAgentBody,
+  PatchAgentBody,
   Content,
   InputBlock,
   TextBlock,

@@ -6,6 +6,7 @@ import { sessionObject } from '../agent/index.js'
 import { decodeCursor, deleteSession, getSession, listSessions, patchSession } from '../store/index.js'
 import { assertLosslessJson, type JsonObject } from '../session/index.js'
 import type { HttpDeps } from './deps.js'
+import { pageQuery } from './paging.js'
 import { sessionOf } from './session.js'
 import * as S from './schemas.js'
 
@@ -19,13 +20,7 @@ export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promi
   })
 
   app.get('/sessions', { schema: { operationId: 'listSessions', summary: 'List sessions, newest activity first', querystring: S.ListQuery, response: { 200: S.SessionList, ...err } } }, async (req, reply) => {
-    const q = req.query as { limit?: string; cursor?: string }
-    const limit = S.queryLimit(q.limit, S.LIST_LIMIT.max, S.LIST_LIMIT.dflt)
-    let cursor
-    if (q.cursor !== undefined) {
-      cursor = decodeCursor(q.cursor)
-      if (!cursor) throw badRequest('cursor is not one this server gave out', [{ path: 'querystring.cursor', message: 'invalid cursor' }])
-    }
+    const { limit, cursor } = pageQuery(req.query, decodeCursor)
     const page = await listSessions(deps.db, req.principal!.tenantId, limit, cursor)
     return reply.type('application/json').send(json({ sessions: page.sessions.map(sessionObject), nextCursor: page.nextCursor }))
   })

@@ -4,6 +4,8 @@
 import type { Inbox, JsonObject, LastTurn, RunState, UsageTotals } from '../session/index.js'
 
 export interface SessionSpec {
+  /** API.md §4: the agent version the session was made from (migration 0008); absent for an inline session */
+  agent?: { id: string; version: number } | null
   model: string
   system: string
   tools: JsonObject[]
@@ -16,6 +18,7 @@ export interface SessionSpec {
 
 export interface SessionRow extends SessionSpec {
   mcpServers: JsonObject[]
+  agent: { id: string; version: number } | null
   key: string
   tenantId: string
   id: string
@@ -46,7 +49,7 @@ export interface SessionRow extends SessionSpec {
 
 export const COLUMNS = `key, tenant_id, id, title, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at,
   next_seq, last_time, updated_at, open_turn, run_state, cancel_pending, wake_latched, lease_owner, lease_token, lease_expires_at,
-  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, last_turn, continue_turn, mcp_servers`
+  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, last_turn, continue_turn, mcp_servers, agent_id, agent_version`
 
 export type Raw = Record<string, unknown>
 
@@ -83,6 +86,7 @@ export function toRow(r: Raw): SessionRow {
     },
     lastTurn: r.last_turn ? (JSON.parse(r.last_turn as string) as LastTurn) : null,
     continueTurn: (r.continue_turn as number | null) ?? null,
+    agent: r.agent_id ? { id: r.agent_id as string, version: r.agent_version as number } : null,
   }
   if (r.max_tokens !== null && r.max_tokens !== undefined) row.maxTokens = r.max_tokens as number
   if (r.reasoning_effort !== null && r.reasoning_effort !== undefined) row.reasoningEffort = r.reasoning_effort as string

@@ -20,11 +20,11 @@ export interface NewSession extends SessionSpec {
 /** Inserts a session; returns null when the (tenant, id) pair exists already. */
 export async function insertSession(db: Queryable, s: NewSession): Promise<SessionRow | null> {
   const { rows } = await db.query<Raw>(
-    `INSERT INTO sessions (key, tenant_id, id, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at, updated_at, mcp_servers)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12)
+    `INSERT INTO sessions (key, tenant_id, id, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at, updated_at, mcp_servers, agent_id, agent_version)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14)
      ON CONFLICT (tenant_id, id) DO NOTHING
      RETURNING ${COLUMNS}`,
-    [s.key, s.tenantId, s.id, s.model, s.system, JSON.stringify(s.tools), s.maxTokens ?? null, s.reasoningEffort ?? null, JSON.stringify(s.metadata), s.createHash, s.createdAt, JSON.stringify(s.mcpServers ?? [])],
+    [s.key, s.tenantId, s.id, s.model, s.system, JSON.stringify(s.tools), s.maxTokens ?? null, s.reasoningEffort ?? null, JSON.stringify(s.metadata), s.createHash, s.createdAt, JSON.stringify(s.mcpServers ?? []), s.agent?.id ?? null, s.agent?.version ?? null],
   )
   return rows[0] ? toRow(rows[0]) : null
 }

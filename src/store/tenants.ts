@@ -84,6 +84,12 @@ export async function countTenants(db: Queryable): Promise<number> {
   return rows[0].n
 }
 
+/** The first tenant created under this name (the embedded database's `default`), if any. */
+export async function firstTenantNamed(db: Queryable, name: string): Promise<string | undefined> {
+  const { rows } = await db.query<{ id: string }>('SELECT id FROM tenants WHERE name = $1 ORDER BY created_at, id LIMIT 1', [name])
+  return rows[0]?.id
+}
+
 export async function createKey(db: Queryable, tenantId: string): Promise<{ keyId: string; apiKey: string }> {
   const keyId = crypto.randomUUID()
   const { prefix, key } = newKey()

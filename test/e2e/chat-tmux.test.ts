@@ -2,7 +2,7 @@
 // real terminal (tmux on a socket of its own), keys sent with send-keys, the screen read with
 // capture-pane. Against an in-process server on PGlite (the client only talks HTTP; the database does
 // not change what it shows): a question answered by faux/echo, a /cancel, an approval and a client
-// tool answered at the prompt; and against a server process killed with SIGKILL mid-answer and started
+// tool answered at the prompt, a session made from an agent; and against a server process killed with SIGKILL mid-answer and started
 // again. What the client did is checked against the durable log.
 
 import { execFileSync } from 'node:child_process'
@@ -84,7 +84,7 @@ describe('agentd-chat in a terminal', () => {
     toolServer.close()
     await t?.close()
   })
-  it('picks a new session, streams a faux/echo answer, cancels a running turn, and answers an approval and a client tool at the prompt', async () => {
+  it('picks a new session, streams a faux/echo answer, makes one from an agent, cancels a running turn, and answers an approval and a client tool at the prompt', async () => {
     onTestFailed(() => {
       process.stderr.write(`--- agentd-chat screen ---\n${screen()}\n---\n`)
     })
@@ -124,6 +124,22 @@ describe('agentd-chat in a terminal', () => {
     type('/inbox')
     await seen('inbox: empty')
     type('/quit')
+    await seen(/\$ $/m)
+
+    // --agent makes the session from an agent (API.md §16) and says which version it got
+    expect((await t.api('POST', '/v1/agents', { id: 'echoer', name: 'Echoer', model: 'faux/echo', system: 'Echo everything.' })).status).toBe(201)
+    type('clear')
+    type('npx agentd-chat --agent echoer')
+    await seen(/session (ses_\S+) \(faux\/echo, agent echoer@1\)/)
+    const fromAgent = /session (ses_\S+) \(faux\/echo, agent echoer@1\)/.exec(screen())![1]!
+    type('hi agent')
+    await seen('agent> echo: hi agent')
+    await t.waitForTurnEnd(fromAgent, 1)
+    expect((await t.api('GET', `/v1/sessions/${fromAgent}`)).body).toMatchObject({ agent: { id: 'echoer', version: 1 }, settings: { model: 'faux/echo', system: 'Echo everything.' } })
+    type('/quit')
+    await seen(/\$ $/m)
+    type('npx agentd-chat --agent nobody')
+    await seen(/agentd-chat: http:\S+: not-found: agent nobody not found/)
     await seen(/\$ $/m)
 
     // the tool session, opened by id: a running turn, then /cancel

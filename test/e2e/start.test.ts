@@ -1,8 +1,9 @@
 // Starting the server as a user does (`node --import tsx src/main.ts`, what `npm start` runs): a bad
 // setting stops the start with one line naming its variable, exit code 2, and nothing written to the
 // data directory; the first embedded start shows tenant "default"'s key once, and a later start on the
-// same data directory says where the key is without showing it (API.md §3). A busy port and a
-// database that cannot be reached stop the start the same way, before anything is written.
+// same data directory says where the key is without showing it (API.md §3); it also creates the
+// tenant's agent `default` (API.md §16). A busy port and a database that cannot be reached stop the
+// start the same way, before anything is written.
 
 import { spawn } from 'node:child_process'
 import crypto from 'node:crypto'
@@ -14,6 +15,7 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { afterAll, describe, expect, it } from 'vitest'
 import { runtimeProblem } from '../../src/runtime.js'
+import { openPglite } from '../../src/store/index.js'
 import { section } from '../helpers/markdown.js'
 import { adminUrl, baseUrl } from '../helpers/db-urls.js'
 
@@ -126,6 +128,18 @@ describe('the embedded tenant key', () => {
     expect(second.stdout).toContain(`agentd: the API key of tenant "default" is in ${file}\n`)
     expect(second.stdout).not.toContain(key)
     expect(fs.readFileSync(file, 'utf8').trim(), 'the key file is left as it was').toBe(key)
+
+    // API.md §16: the first start also made tenant "default"'s agent `default` (faux/echo, no tools), once
+    const db = await openPglite(path.join(dataDir, 'pgdata'))
+    try {
+      const { rows } = await db.query<Record<string, unknown>>(
+        `SELECT t.name AS tenant, a.id, a.version, v.model, v.tools, a.deleted_at FROM agents a JOIN tenants t ON t.id = a.tenant_id
+         JOIN agent_versions v ON v.tenant_id = a.tenant_id AND v.agent_id = a.id`,
+      )
+      expect(rows).toEqual([{ tenant: 'default', id: 'default', version: 1, model: 'faux/echo', tools: '[]', deleted_at: null }])
+    } finally {
+      await db.close()
+    }
 
     // a backup of the embedded database is a copy of the data directory: docs/operations.md names all of it
     const backups = section(fs.readFileSync(path.join(PROJECT, 'docs/operations.md'), 'utf8'), /^## Backups/)

@@ -11,7 +11,7 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const FILE = path.join(ROOT, 'openapi/openapi.json')
 const STALE = 'openapi/openapi.json is stale or missing: run `npm run openapi` and commit the result'
 
-/** API.md §3–§8, as OpenAPI paths: [method, path, security scheme or null for none] */
+/** API.md §3–§8 and §16, as OpenAPI paths: [method, path, security scheme or null for none] */
 const ROUTES: Array<[string, string, 'apiKey' | 'adminToken' | null]> = [
   // §3 admin
   ['post', '/v1/admin/tenants', 'adminToken'],
@@ -25,6 +25,13 @@ const ROUTES: Array<[string, string, 'apiKey' | 'adminToken' | null]> = [
   ['delete', '/v1/sessions/{id}', 'apiKey'],
   ['post', '/v1/sessions/{id}/fork', 'apiKey'],
   ['post', '/v1/sessions/{id}/compact', 'apiKey'],
+  // §16 agents
+  ['post', '/v1/agents', 'apiKey'],
+  ['get', '/v1/agents', 'apiKey'],
+  ['get', '/v1/agents/{id}', 'apiKey'],
+  ['get', '/v1/agents/{id}/versions/{version}', 'apiKey'],
+  ['patch', '/v1/agents/{id}', 'apiKey'],
+  ['delete', '/v1/agents/{id}', 'apiKey'],
   // §5 inbox
   ['post', '/v1/sessions/{id}/followup', 'apiKey'],
   ['post', '/v1/sessions/{id}/steer', 'apiKey'],

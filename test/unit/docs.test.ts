@@ -216,8 +216,8 @@ describe('clients/typescript/README.md', () => {
 
   it('names every public method of the client, with the object it is called on', () => {
     const methods = publicMethods()
-    // the client and the groups it hands out as client.sessions, client.admin, client.secrets
-    const prefix: Record<string, string> = { AgentdClient: '', SessionsApi: 'sessions.', AdminApi: 'admin.', SecretsApi: 'secrets.' }
+    // the client and the groups it hands out as client.sessions, client.agents, client.admin, client.secrets
+    const prefix: Record<string, string> = { AgentdClient: '', SessionsApi: 'sessions.', AgentsApi: 'agents.', AdminApi: 'admin.', SecretsApi: 'secrets.' }
     expect(Object.keys(methods).sort()).toEqual(Object.keys(prefix).sort())
     expect(methods.AgentdClient).toEqual(expect.arrayContaining(['followup', 'usage', 'createWebhook', 'testWebhook']))
     expect(methods.AdminApi).toEqual(expect.arrayContaining(['createTenant', 'setLimits']))
@@ -229,7 +229,7 @@ describe('clients/typescript/README.md', () => {
     const values = Object.entries(sdk).filter(([, v]) => typeof v === 'function').map(([k]) => k)
     expect(values).toEqual(expect.arrayContaining(['AgentdClient', 'verifyWebhook', 'AgentdError']))
     // the groups are reached through the client (checked above), not made by users
-    const missing = values.filter((k) => !['SessionsApi', 'AdminApi', 'SecretsApi'].includes(k)).filter((k) => !named(k))
+    const missing = values.filter((k) => !['SessionsApi', 'AgentsApi', 'AdminApi', 'SecretsApi'].includes(k)).filter((k) => !named(k))
     expect(missing, 'exports the client README does not name').toEqual([])
   })
 })

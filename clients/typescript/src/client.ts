@@ -1,4 +1,4 @@
-// AgentdClient: one method per route of API.md §3–§7 and §13–§15, plus the stream, the transcript view and run.
+// AgentdClient: one method per route of API.md §3–§7 and §13–§16, plus the stream, the transcript view and run.
 // Sends (followup, steer, inject) always carry an idempotency key, so their retries can never store a
 // message twice (API.md §5).
 
@@ -7,6 +7,10 @@ import { runTurn, type RunOptions, type RunResult } from './run.js'
 import { openStream, type SessionStream, type StreamOptions } from './stream.js'
 import type {
   Accepted,
+  Agent,
+  AgentPage,
+  CreateAgentInput,
+  UpdateAgentInput,
   ApprovalInput,
   CancelResult,
   CompactResult,
@@ -76,17 +80,20 @@ export function newIdempotencyKey(): string {
 }
 
 const sid = (id: string) => `/v1/sessions/${encodeURIComponent(id)}`
+const aid = (id: string) => `/v1/agents/${encodeURIComponent(id)}`
 
 export class AgentdClient {
   /** @internal */
   readonly transport: Transport
   readonly sessions: SessionsApi
+  readonly agents: AgentsApi
   readonly admin: AdminApi
   readonly secrets: SecretsApi
 
   constructor(o: AgentdClientOptions) {
     this.transport = new Transport(o)
     this.sessions = new SessionsApi(this.transport)
+    this.agents = new AgentsApi(this.transport)
     this.admin = new AdminApi(this.transport)
     this.secrets = new SecretsApi(this.transport)
   }
@@ -241,7 +248,11 @@ export class AgentdClient {
 export class SessionsApi {
   constructor(private readonly t: Transport) {}
 
-  /** Creates a session; with an `id` the create is idempotent (same body → the same session). */
+  /**
+   * Creates a session; with an `id` the create is idempotent (same body → the same session). With
+   * `agent` (`"id"` or `"id@version"`) it starts from that agent version's settings, which the body's
+   * settings replace (tools as a whole list) and its metadata is merged over (API.md §4, §16).
+   */
   create(body: CreateSessionInput = {}, o: CallOpts = {}): Promise<Session> {
     return this.t.call({ method: 'POST', path: '/v1/sessions', body, repeat: body.id === undefined ? 'once' : 'idempotent', signal: o.signal })
   }
@@ -282,6 +293,49 @@ export class SessionsApi {
   /** Manual compaction while idle; `session-busy` while a turn runs. */
   compact(id: string, o: CallOpts = {}): Promise<CompactResult> {
     return this.t.call({ method: 'POST', path: `${sid(id)}/compact`, body: {}, repeat: 'once', signal: o.signal })
+  }
+}
+
+/** Agents (API.md §16): named, versioned session settings; sessions are made from them with `sessions.create({agent})`. */
+export class AgentsApi {
+  constructor(private readonly t: Transport) {}
+
+  /** Creates an agent (version 1); with an `id` the create is idempotent (same body → the same agent). */
+  create(body: CreateAgentInput, o: CallOpts = {}): Promise<Agent> {
+    return this.t.call({ method: 'POST', path: '/v1/agents', body, repeat: body.id === undefined ? 'once' : 'idempotent', signal: o.signal })
+  }
+
+  /** One page of agents at their latest version, newest first. */
+  page(o: CallOpts & { limit?: number; cursor?: string } = {}): Promise<AgentPage> {
+    return this.t.call({ method: 'GET', path: '/v1/agents', query: { limit: o.limit, cursor: o.cursor }, repeat: 'safe', signal: o.signal })
+  }
+
+  /** Every agent, newest first, following `nextCursor` page by page. */
+  async *list(o: CallOpts & { pageSize?: number } = {}): AsyncGenerator<Agent> {
+    let cursor: string | undefined
+    for (;;) {
+      const p = await this.page({ limit: o.pageSize, cursor, signal: o.signal })
+      yield* p.agents
+      if (!p.nextCursor) return
+      cursor = p.nextCursor
+    }
+  }
+
+  /** The latest version, or the one named by `version`. */
+  get(id: string, o: CallOpts & { version?: number } = {}): Promise<Agent> {
+    const path = o.version === undefined ? aid(id) : `${aid(id)}/versions/${encodeURIComponent(String(o.version))}`
+    return this.t.call({ method: 'GET', path, repeat: 'safe', signal: o.signal })
+  }
+
+  /** Makes the next version with the given fields changed; sessions already made keep theirs. */
+  update(id: string, body: UpdateAgentInput, o: CallOpts = {}): Promise<Agent> {
+    // a repeat finds nothing left to change and makes no version: safe to repeat
+    return this.t.call({ method: 'PATCH', path: aid(id), body, repeat: 'idempotent', signal: o.signal })
+  }
+
+  /** Deletes it: new sessions from it are refused; existing ones go on. */
+  async delete(id: string, o: CallOpts = {}): Promise<void> {
+    await this.t.call({ method: 'DELETE', path: aid(id), repeat: 'once', signal: o.signal })
   }
 }
 

@@ -1,7 +1,7 @@
 // @agentd/client: the library's one door. Runs unchanged in Node 20 and in browsers (ESM, the
 // platform's fetch, no other dependency); the terminal client lives apart in cli/.
 
-export { AgentdClient, AdminApi, SecretsApi, SessionsApi, newIdempotencyKey, type AgentdClientOptions, type CallOpts, type RequestOptions, type SendOptions, type SendRoute } from './client.js'
+export { AgentdClient, AdminApi, AgentsApi, SecretsApi, SessionsApi, newIdempotencyKey, type AgentdClientOptions, type CallOpts, type RequestOptions, type SendOptions, type SendRoute } from './client.js'
 export { AgentdError, type AgentdErrorInit, type ErrorDetail } from './errors.js'
 export type { Repeatable, RetryEvent, TransportOptions } from './http.js'
 export { backoffDelay, parseRetryAfter, type RetryOptions } from './retry.js'

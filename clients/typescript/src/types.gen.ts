@@ -191,6 +191,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agents": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List agents at their latest version, newest first */
+        get: operations["listAgents"];
+        put?: never;
+        /** Create an agent (version 1); a client id makes it idempotent */
+        post: operations["createAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/agents/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An agent's latest version */
+        get: operations["getAgent"];
+        put?: never;
+        post?: never;
+        /** Delete an agent: new sessions from it are refused, existing ones go on */
+        delete: operations["deleteAgent"];
+        options?: never;
+        head?: never;
+        /** Make a new version of an agent with the given fields changed */
+        patch: operations["updateAgent"];
+        trace?: never;
+    };
+    "/v1/agents/{id}/versions/{version}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A version of an agent */
+        get: operations["getAgentVersion"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/secrets": {
         parameters: {
             query?: never;
@@ -621,6 +675,38 @@ export interface components {
             kind: "hook";
             reason: string;
         };
+        AgentList: {
+            agents: components["schemas"]["AgentObject"][];
+            nextCursor: string | null;
+        };
+        AgentObject: {
+            /**
+             * Format: date-time
+             * @description when the agent was created
+             */
+            createdAt: string;
+            description: string | null;
+            id: string;
+            maxTokens: number | null;
+            mcpServers: components["schemas"]["McpServer"][];
+            metadata: components["schemas"]["Metadata"];
+            model: string;
+            name: string;
+            reasoningEffort: components["schemas"]["ReasoningEffort"] | null;
+            system: string;
+            tools: components["schemas"]["ToolSpec"][];
+            /**
+             * Format: date-time
+             * @description when this version was made
+             */
+            updatedAt: string;
+            version: number;
+        };
+        /** @description an agent version */
+        AgentRef: {
+            id: string;
+            version: number;
+        };
         ApprovalBody: {
             decision: "allow" | "deny";
             reason?: string;
@@ -637,7 +723,25 @@ export interface components {
         CompactBody: Record<string, never>;
         /** @description text, or content blocks */
         Content: string | components["schemas"]["InputBlock"][];
+        CreateAgentBody: {
+            description?: string;
+            id?: string;
+            maxTokens?: number;
+            mcpServers?: components["schemas"]["McpServer"][];
+            /** @description any JSON object */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /** @description provider/modelId */
+            model: string;
+            name: string;
+            reasoningEffort?: "minimal" | "low" | "medium" | "high" | "xhigh";
+            system?: string;
+            tools?: components["schemas"]["ToolSpec"][];
+        };
         CreateSessionBody: {
+            /** @description id or id@version of an agent (§16): the session starts from its settings (the latest version without @version); settings given here replace the version's, metadata is merged over its metadata */
+            agent?: string;
             /** @description letters, digits, '.', '_', ':' and '-', starting with a letter or digit */
             id?: string;
             maxTokens?: number;
@@ -646,6 +750,7 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /** @description provider/modelId */
             model?: string;
             reasoningEffort?: "minimal" | "low" | "medium" | "high" | "xhigh";
             system?: string;
@@ -759,6 +864,22 @@ export interface components {
         Metadata: {
             [key: string]: unknown;
         };
+        /** @description the fields to change (null removes description, maxTokens or reasoningEffort); the others stay as the latest version has them */
+        PatchAgentBody: {
+            description?: string | null;
+            maxTokens?: number | null;
+            mcpServers?: components["schemas"]["McpServer"][];
+            /** @description any JSON object */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /** @description provider/modelId */
+            model?: string;
+            name?: string;
+            reasoningEffort?: components["schemas"]["ReasoningEffort"] | null;
+            system?: string;
+            tools?: components["schemas"]["ToolSpec"][];
+        };
         PatchSessionBody: {
             mcpServers?: components["schemas"]["McpServer"][];
             /** @description any JSON object */
@@ -809,6 +930,8 @@ export interface components {
             sessions: components["schemas"]["SessionObject"][];
         };
         SessionObject: {
+            /** @description the agent version the session was made from (§16), null for a session made inline */
+            agent: components["schemas"]["AgentRef"] | null;
             /** Format: date-time */
             createdAt: string;
             headSeq: number;
@@ -817,11 +940,23 @@ export interface components {
             lastTurn: components["schemas"]["LastTurn"] | null;
             metadata: components["schemas"]["Metadata"];
             model: string;
+            /** @description the subject that created the session (§18), or null */
+            owner: string | null;
+            settings: components["schemas"]["SessionSettings"];
             status: "idle" | "running";
             title: string | null;
             /** Format: date-time */
             updatedAt: string;
             usage: components["schemas"]["Usage"];
+        };
+        /** @description the session's settings as they stand now */
+        SessionSettings: {
+            maxTokens: number | null;
+            mcpServers: components["schemas"]["McpServer"][];
+            model: string;
+            reasoningEffort: components["schemas"]["ReasoningEffort"] | null;
+            system: string;
+            tools: components["schemas"]["ToolSpec"][];
         };
         Tenant: {
             id: string;
@@ -1302,6 +1437,342 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["KeyAnswer"];
+                };
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 404 */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listAgents: {
+        parameters: {
+            query?: {
+                cursor?: string;
+                limit?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTTP 200 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentList"];
+                };
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 404 */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    createAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateAgentBody"];
+            };
+        };
+        responses: {
+            /** @description HTTP 200 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentObject"];
+                };
+            };
+            /** @description HTTP 201 */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentObject"];
+                };
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 404 */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 409 */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 422 */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    getAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTTP 200 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentObject"];
+                };
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 404 */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    deleteAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 404 */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    updateAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PatchAgentBody"];
+            };
+        };
+        responses: {
+            /** @description HTTP 200 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentObject"];
+                };
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 404 */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 422 */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    getAgentVersion: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                version: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTTP 200 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentObject"];
                 };
             };
             /** @description HTTP 400 */

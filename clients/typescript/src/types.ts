@@ -28,6 +28,14 @@ export type CreateSessionInput = NonNullable<JsonBody<'/v1/sessions', 'post'>>
 export type ToolSpec = NonNullable<CreateSessionInput['tools']>[number]
 /** An MCP server of a session (API.md §12); its tools are offered as `<name>__<tool>`. */
 export type McpServer = NonNullable<CreateSessionInput['mcpServers']>[number]
+/** An agent version (API.md §16): a named, versioned set of session settings. */
+export type Agent = Json200<'/v1/agents/{id}', 'get', 200>
+/** One page of `GET /v1/agents`. */
+export type AgentPage = Json200<'/v1/agents', 'get', 200>
+/** `POST /v1/agents` body: `name` and `model` required. */
+export type CreateAgentInput = JsonBody<'/v1/agents', 'post'>
+/** `PATCH /v1/agents/:id` body: the fields to change; `null` removes description, maxTokens or reasoningEffort. */
+export type UpdateAgentInput = NonNullable<JsonBody<'/v1/agents/{id}', 'patch'>>
 /** A tenant secret as `GET /v1/secrets` lists it: never its value (API.md §13). */
 export type SecretInfo = Json200<'/v1/secrets', 'get', 200>['secrets'][number]
 /** `PATCH /v1/sessions/:id` body. */
@@ -73,7 +81,7 @@ export type ErrorBody = Json200<'/v1/sessions/{id}', 'get', 404>
 type Resolved<T> = [T] extends [never] ? false : true
 type AllResolved<T extends unknown[]> = { [K in keyof T]: Resolved<T[K]> }[number] extends true ? true : false
 type Must<T extends true> = T
-type _WireAliasesResolve = Must<AllResolved<[Session, LastTurn, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, TenantWithLimits, LimitsInput, UsageReport, Webhook, WebhookCreated, CreateWebhookInput, WebhookDelivery, ErrorBody, McpServer, SecretInfo]>>
+type _WireAliasesResolve = Must<AllResolved<[Session, LastTurn, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, TenantWithLimits, LimitsInput, UsageReport, Webhook, WebhookCreated, CreateWebhookInput, WebhookDelivery, ErrorBody, McpServer, SecretInfo, Agent, AgentPage, CreateAgentInput, UpdateAgentInput]>>
 // the document's TurnEndReason and the one written below from the contract are the same type
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
 type _LastTurnReason = Must<Same<LastTurn['reason'], TurnEndReason>>

@@ -11,13 +11,15 @@ import { parseArgs } from 'node:util'
 import { AgentdClient, AgentdError, isEvent, type PendingCall, type Session, type StreamFrame, type ToolResultMessage } from '../index.js'
 import { HELP, clip, historyLines, parseDecision, pendingQuestion, textOf, toolCallLine, toolResultLine, turnEndLine } from './render.js'
 
-const USAGE = `Usage: agentd-chat [--url URL] [--key KEY] [--session ID | --new] [--model MODEL] [--system TEXT]
+const USAGE = `Usage: agentd-chat [--url URL] [--key KEY] [--session ID | --new | --agent ID[@VERSION]] [--model MODEL] [--system TEXT]
 
   --url       the server (env AGENTD_URL; default http://127.0.0.1:8080)
   --key       a tenant API key (env AGENTD_API_KEY; else the embedded server's
               $AGENTD_DATA_DIR/api-key, default ./.agentd/api-key)
   --session   open this session
   --new       create a session (with --model and --system when given)
+  --agent     create a session from this agent, its latest version or the one
+              named; --model and --system replace the agent's for the session
 `
 
 function fail(msg: string): never {
@@ -137,7 +139,7 @@ class Chat {
     this.rl.on('close', () => this.quit())
     const history = historyLines(await this.client.messages(s.id))
     for (const l of history) this.say(l)
-    this.say(`session ${s.id} (${s.model})${s.title ? ` "${s.title}"` : ''}; /help for commands`)
+    this.say(`session ${s.id} (${s.model}${s.agent ? `, agent ${s.agent.id}@${s.agent.version}` : ''})${s.title ? ` "${s.title}"` : ''}; /help for commands`)
     void this.pollPending()
     try {
       for await (const f of this.client.stream(s.id, { after: s.headSeq, signal: this.stop.signal })) this.onFrame(f)
@@ -359,12 +361,12 @@ function ask(question: string): Promise<string> {
  */
 const CONNECT = { retry: { maxAttempts: 4, initialDelayMs: 250, maxDelayMs: 1000 }, timeoutMs: 5000, deadlineMs: 10000 }
 
-async function pickSession(client: AgentdClient, o: { session?: string; new?: boolean; model?: string; system?: string }): Promise<Session> {
-  const create = (signal?: AbortSignal) => client.sessions.create({ ...(o.model ? { model: o.model } : {}), ...(o.system ? { system: o.system } : {}) }, { signal })
+async function pickSession(client: AgentdClient, o: { session?: string; new?: boolean; agent?: string; model?: string; system?: string }): Promise<Session> {
+  const create = (signal?: AbortSignal) => client.sessions.create({ ...(o.agent ? { agent: o.agent } : {}), ...(o.model ? { model: o.model } : {}), ...(o.system ? { system: o.system } : {}) }, { signal })
   // the first call finds out whether a server answers at all
   const signal = AbortSignal.timeout(CONNECT.deadlineMs)
   if (o.session) return client.sessions.get(o.session, { signal })
-  if (o.new) return create(signal)
+  if (o.new || o.agent) return create(signal)
   const page = await client.sessions.page({ limit: 9, signal })
   if (!page.sessions.length) return create()
   process.stdout.write('sessions, newest first:\n')
@@ -386,6 +388,7 @@ async function main(): Promise<void> {
         key: { type: 'string' },
         session: { type: 'string' },
         new: { type: 'boolean' },
+        agent: { type: 'string' },
         model: { type: 'string' },
         system: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
