@@ -82,13 +82,13 @@ const SETTINGS = {
 }
 
 /** API.md §16: an agent's id, unique within its tenant */
-export const AgentId = Type.String({ pattern: '^[A-Za-z0-9_.-]{1,64}$' })
+export const AgentId = Type.String({ pattern: '^[A-Za-z0-9_.-]{1,64}$', description: "1 to 64 letters, digits, '_', '.' and '-'" })
 const AgentVersion = Type.Integer({ minimum: 1 })
 
 export const CreateSessionBody = Type.Object(
   {
     id: Type.Optional(Id),
-    agent: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_.-]{1,64}(@[1-9][0-9]{0,8})?$', description: 'id or id@version of an agent (§16): the session starts from its settings (the latest version without @version); settings given here replace the version\'s, metadata is merged over its metadata' })),
+    agent: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_.-]{1,64}(@[1-9][0-9]{0,8})?$', description: "an agent id (1 to 64 letters, digits, '_', '.' and '-'), or id@version" })),
     model: Type.Optional(SETTINGS.model),
     system: Type.Optional(SETTINGS.system),
     tools: Type.Optional(SETTINGS.tools),

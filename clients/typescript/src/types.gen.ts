@@ -725,6 +725,7 @@ export interface components {
         Content: string | components["schemas"]["InputBlock"][];
         CreateAgentBody: {
             description?: string;
+            /** @description 1 to 64 letters, digits, '_', '.' and '-' */
             id?: string;
             maxTokens?: number;
             mcpServers?: components["schemas"]["McpServer"][];
@@ -740,7 +741,7 @@ export interface components {
             tools?: components["schemas"]["ToolSpec"][];
         };
         CreateSessionBody: {
-            /** @description id or id@version of an agent (§16): the session starts from its settings (the latest version without @version); settings given here replace the version's, metadata is merged over its metadata */
+            /** @description an agent id (1 to 64 letters, digits, '_', '.' and '-'), or id@version */
             agent?: string;
             /** @description letters, digits, '.', '_', ':' and '-', starting with a letter or digit */
             id?: string;
