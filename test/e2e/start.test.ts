@@ -5,7 +5,7 @@
 // tenant's agent `default` (API.md §16). A busy port and a database that cannot be reached stop the
 // start the same way, before anything is written.
 
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import net from 'node:net'
@@ -273,4 +273,28 @@ describe('a DATABASE_URL that cannot be reached', () => {
     expect(r.stdout).toBe('')
     expect(fs.existsSync(dataDir)).toBe(false)
   }, 60000)
+})
+
+describe("the Docker image's health check", () => {
+  it('runs on this Node.js as the image runs it: 0 while the server answers /healthz, 1 once it is gone', async () => {
+    // the final stage's HEALTHCHECK, exec form: ["node", "-e", "<script>"]; the script reads PORT
+    const dockerfile = fs.readFileSync(path.join(PROJECT, 'Dockerfile'), 'utf8').replace(/\\\n\s*/g, ' ')
+    const m = /^HEALTHCHECK\s+(?:--\S+\s+)*CMD\s+(\[.*\])\s*$/m.exec(dockerfile)
+    expect(m, 'the Dockerfile has an exec-form HEALTHCHECK').not.toBeNull()
+    const [cmd, ...args] = JSON.parse(m![1]) as string[]
+    expect(cmd).toBe('node')
+    const check = (port: string) => spawnSync(process.execPath, args, { env: { ...process.env, PORT: port }, encoding: 'utf8', timeout: 20000 }).status
+    let port = ''
+    let whileUp: number | null = null
+    const r = await start({ AGENTD_DATA_DIR: path.join(tmp, 'data-healthcheck'), LOG_LEVEL: 'info' }, (out) => {
+      const url = /"msg":"agentd listening"/.test(out) ? /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out) : null
+      if (!url) return false
+      port = url[1]
+      whileUp = check(port)
+      return true
+    })
+    expect(r.code, r.stdout + r.stderr).toBe(0)
+    expect(whileUp).toBe(0)
+    expect(check(port)).toBe(1)
+  }, 90000)
 })
