@@ -33,6 +33,8 @@ export interface SessionObject {
   usage: UsageTotals
   /** API.md §4: the latest turn/end, null before the first turn ends */
   lastTurn: { turn: number; reason: TurnEndReason; endedAt: string } | null
+  /** API.md §18: the subject that created it, null for a key or a token without subject */
+  owner: string | null
 }
 
 export function sessionObject(r: SessionRow): SessionObject {
@@ -47,6 +49,7 @@ export function sessionObject(r: SessionRow): SessionObject {
     metadata: r.metadata,
     usage: { ...r.usage, costUsd: Math.round(r.usage.costUsd * 1e9) / 1e9 },
     lastTurn: r.lastTurn ? { turn: r.lastTurn.turn, reason: r.lastTurn.reason, endedAt: new Date(r.lastTurn.time).toISOString() } : null,
+    owner: r.owner,
   }
 }
 
@@ -139,8 +142,11 @@ export class Sessions {
     return servers.map((s) => structuredClone(s))
   }
 
-  /** POST /v1/sessions: 201 a new session, 200 the existing one for a repeated identical create. */
-  async create(tenantId: string, body: CreateBody): Promise<{ row: SessionRow; created: boolean }> {
+  /**
+   * POST /v1/sessions: 201 a new session, 200 the existing one for a repeated identical create by the
+   * same owner (API.md §18: the subject creating it, null for a tenant key).
+   */
+  async create(tenantId: string, body: CreateBody, owner: string | null = null): Promise<{ row: SessionRow; created: boolean }> {
     try {
       assertLosslessJson(body)
     } catch (e) {
@@ -156,11 +162,12 @@ export class Sessions {
     const createHash = crypto.createHash('sha256').update(canonicalJson(body)).digest('hex')
     const id = body.id ?? newSessionId()
     const now = Date.now()
-    const row = await insertSession(this.d.db, { ...spec, key: crypto.randomUUID(), tenantId, id, createHash, createdAt: now })
+    const row = await insertSession(this.d.db, { ...spec, key: crypto.randomUUID(), tenantId, id, createHash, createdAt: now, owner })
     if (row) return { row, created: true }
     const existing = await getSession(this.d.db, tenantId, id)
     if (!existing) throw new ApiError('session-conflict', `session ${id} was created and deleted concurrently; try again`)
-    if (existing.createHash !== createHash) throw new ApiError('session-conflict', `session ${id} exists with a different body`)
+    // another owner's session is not answered: its id is taken, nothing more is said of it
+    if (existing.createHash !== createHash || existing.owner !== owner) throw new ApiError('session-conflict', `session ${id} exists with a different body`)
     return { row: existing, created: false }
   }
 
@@ -195,7 +202,7 @@ export class Sessions {
       if (source.maxTokens !== undefined) spec.maxTokens = source.maxTokens
       if (source.reasoningEffort !== undefined) spec.reasoningEffort = source.reasoningEffort
       const id = newSessionId()
-      const row = await insertSession(tx, { ...spec, key: crypto.randomUUID(), tenantId: source.tenantId, id, createHash: crypto.createHash('sha256').update(`fork:${id}`).digest('hex'), createdAt: now })
+      const row = await insertSession(tx, { ...spec, key: crypto.randomUUID(), tenantId: source.tenantId, id, createHash: crypto.createHash('sha256').update(`fork:${id}`).digest('hex'), createdAt: now, owner: source.owner })
       if (!row) throw new Error('fork: fresh session id collided')
       if (prefix.length) await copyLogPrefix(tx, source.key, row.key, prefix[prefix.length - 1], { inbox, usage, lastTurn })
       const locked = (await lockSession(tx, row.key))!

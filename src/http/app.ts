@@ -21,6 +21,8 @@ import { limitRoutes } from './limits.js'
 import { usageRoutes } from './usage.js'
 import { secretRoutes } from './secrets.js'
 import { webhookRoutes } from './webhooks.js'
+import { jwksRoute, tokenRoutes } from './tokens.js'
+import { corsPlugin } from './cors.js'
 import { collectRoutes, type RouteDoc } from './openapi.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
@@ -41,6 +43,8 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
     requestTimeout: deps.config.requestTimeoutMs,
     // Node answers a missing Host with an empty 400 of its own; connectionsPlugin answers it instead
     http: {
+      // API.md §18: a token up to 8 KiB (and a longer one, to refuse with 401) fits with room to spare
+      maxHeaderSize: 32 * 1024,
       requireHostHeader: false,
       headersTimeout: Math.min(60_000, deps.config.requestTimeoutMs),
       connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(deps.config.requestTimeoutMs / 4))),
@@ -63,9 +67,11 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
   })
   await app.register(websocket, { options: { maxPayload: deps.config.bodyLimit } })
 
+  await app.register(corsPlugin, deps)
   await app.register(opsRoutes, { deps, routes })
   // a worker process (AGENTD_ROLE=worker) drives sessions and answers only the operations routes
   if (deps.config.role !== 'worker') {
+    await app.register(jwksRoute, deps)
     await app.register(async (v1) => {
       await v1.register(authPlugin, deps)
       await v1.register(sessionLoading, deps)
@@ -79,6 +85,7 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(usageRoutes, deps)
       await v1.register(secretRoutes, deps)
       await v1.register(webhookRoutes, deps)
+      await v1.register(tokenRoutes, deps)
     }, { prefix: '/v1' })
   }
   return app

@@ -7,6 +7,7 @@ import { badRequest, sessionNotFound } from '../errors.js'
 import { getSessionByKey } from '../store/index.js'
 import { bodyHash, toUserMessage, type DeliveryRoute } from '../agent/index.js'
 import type { HttpDeps } from './deps.js'
+import { requireAccess } from './auth.js'
 import { toApiError } from './errors.js'
 import { batch, HIGH_WATER, parseAfter, PING_MS, sseDurable, sseLive, subscribe, wsDurable, wsLive, type Transport } from './feed.js'
 import { sessionOf } from './session.js'
@@ -166,6 +167,8 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
           throw badRequest('a message must be JSON')
         }
         if (!msg || typeof msg !== 'object' || Array.isArray(msg)) throw badRequest('a message must be a JSON object')
+        // every op is input or a cancel: a read-only token watches but may not send (API.md §18)
+        requireAccess(req, 'write')
         const key = sessionOf(req).key
         const row = await getSessionByKey(deps.db, key)
         if (!row) throw sessionNotFound(sessionOf(req).id)

@@ -67,7 +67,7 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
     const r = await t.api('POST', '/v1/sessions', { model: t.models.ref() })
     expect(r.status).toBe(201)
     const s = r.body
-    expect(Object.keys(s).sort()).toEqual(['createdAt', 'headSeq', 'id', 'lastTurn', 'metadata', 'model', 'status', 'title', 'updatedAt', 'usage'])
+    expect(Object.keys(s).sort()).toEqual(['createdAt', 'headSeq', 'id', 'lastTurn', 'metadata', 'model', 'owner', 'status', 'title', 'updatedAt', 'usage'])
     expect(typeof s.id).toBe('string')
     expect(s.id.length).toBeGreaterThan(0)
     expect(s.title).toBeNull()
@@ -77,6 +77,8 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
     expect(s.metadata).toEqual({})
     expect(s.usage).toEqual(zeroUsage)
     expect(s.lastTurn).toBeNull()
+    // a tenant key owns nothing: only a subject does (API.md §18)
+    expect(s.owner).toBeNull()
     expect(s.createdAt).toMatch(ISO)
     expect(s.updatedAt).toBe(s.createdAt)
     expect((await t.api('GET', `/v1/sessions/${s.id}`)).body).toEqual(s)

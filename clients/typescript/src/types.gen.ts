@@ -20,6 +20,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/.well-known/jwks.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The public keys that sign agentd's tokens (JSON Web Key Set) */
+        get: operations["jwks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/console/{file}": {
         parameters: {
             query?: never;
@@ -170,7 +187,7 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        /** Set or remove a tenant's limits */
+        /** Set or remove a tenant's limits, identity provider and origins */
         patch: operations["updateTenant"];
         trace?: never;
     };
@@ -518,6 +535,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Mint a short-lived token for a browser or an end user (tenant key only) */
+        post: operations["createToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/usage": {
         parameters: {
             query?: never;
@@ -662,7 +696,7 @@ export interface components {
             };
         };
         /** @description API.md §10 */
-        ErrorCode: "bad-request" | "unauthorized" | "session-not-found" | "not-found" | "session-busy" | "session-conflict" | "idempotency-conflict" | "queue-item-not-found" | "tool-call-not-pending" | "fork-unavailable" | "secrets-unavailable" | "payload-too-large" | "unsupported-media-type" | "model-unavailable" | "rate-limited" | "internal" | "unavailable";
+        ErrorCode: "bad-request" | "unauthorized" | "forbidden" | "session-not-found" | "not-found" | "session-busy" | "session-conflict" | "idempotency-conflict" | "queue-item-not-found" | "tool-call-not-pending" | "fork-unavailable" | "secrets-unavailable" | "payload-too-large" | "unsupported-media-type" | "model-unavailable" | "rate-limited" | "internal" | "unavailable";
         ErrorDetail: {
             message: string;
             path: string;
@@ -695,6 +729,11 @@ export interface components {
             type: string;
         } & {
             [key: string]: unknown;
+        };
+        Jwks: {
+            keys: {
+                [key: string]: unknown;
+            }[];
         };
         KeyAnswer: {
             apiKey: string;
@@ -765,8 +804,17 @@ export interface components {
             };
             title?: string | null;
         };
+        /** @description null removes the identity provider or the origins */
         PatchTenantBody: {
-            limits: components["schemas"]["LimitsPatch"];
+            auth?: components["schemas"]["TenantAuthBody"] | null;
+            cors?: components["schemas"]["TenantCors"] | null;
+            /** @description limits to set; null removes one, an absent one stays as it is */
+            limits?: {
+                costUsdPerMonth?: number | null;
+                maxRunningSessions?: number | null;
+                requestsPerMin?: number | null;
+                tokensPerDay?: number | null;
+            };
         };
         PendingAnswer: {
             toolCalls: components["schemas"]["PendingToolCall"][];
@@ -815,6 +863,8 @@ export interface components {
             lastTurn: components["schemas"]["LastTurn"] | null;
             metadata: components["schemas"]["Metadata"];
             model: string;
+            /** @description the subject that created it (a token's subject or an end user), null when a tenant key or a token without subject did */
+            owner: string | null;
             status: "idle" | "running";
             title: string | null;
             /** Format: date-time */
@@ -829,13 +879,38 @@ export interface components {
             apiKey: string;
             tenant: components["schemas"]["Tenant"];
         };
+        TenantAuth: {
+            audience: string;
+            issuer: string;
+            jwksUrl: string;
+            subjectClaim: string;
+        };
+        /** @description the tenant's own identity provider, whose end-user tokens are accepted */
+        TenantAuthBody: {
+            /** @description an aud the tokens carry */
+            audience: string;
+            /** @description the tokens' iss */
+            issuer: string;
+            /** @description the provider's JSON Web Key Set; fetched through the address guard of http tools (AGENTD_TOOL_HOSTS) */
+            jwksUrl: string;
+            /** @description the claim naming the end user (default sub) */
+            subjectClaim?: string;
+        };
         TenantBody: {
             name: string;
+        };
+        /** @description origins whose browsers may call with this tenant's credentials; only those AGENTD_CORS_ORIGINS lists too get an answer to their preflights */
+        TenantCors: {
+            origins: string[];
         };
         TenantLimitsAnswer: {
             tenant: components["schemas"]["TenantWithLimits"];
         };
         TenantWithLimits: {
+            /** @description null: only agentd's own tokens and the tenant's keys */
+            auth: components["schemas"]["TenantAuth"] | null;
+            /** @description null: the origins of AGENTD_CORS_ORIGINS */
+            cors: components["schemas"]["TenantCors"] | null;
             id: string;
             limits: components["schemas"]["Limits"];
             name: string;
@@ -844,6 +919,27 @@ export interface components {
             text: string;
             /** @constant */
             type: "text";
+        };
+        TokenAnswer: {
+            /**
+             * Format: date-time
+             * @description refused from this time on
+             */
+            expiresAt: string;
+            /** @description a JWT signed with EdDSA; send it as Authorization: Bearer, or ?access_token= on streams */
+            token: string;
+        };
+        TokenBody: {
+            /** @description the only agents whose sessions the token reaches (and may create) */
+            agents?: string[];
+            /** @description read: GET routes and streams; write: input, tool results, approvals, cancel, creating and changing sessions */
+            scopes: ("read" | "write")[];
+            /** @description the only sessions the token reaches (and may create) */
+            sessions?: string[];
+            /** @description the end user: owns the sessions it creates and reaches only those */
+            subject?: string;
+            /** @description default 900 */
+            ttlSeconds?: number;
         };
         ToolResultBody: {
             callId: string;
@@ -944,6 +1040,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+        };
+    };
+    jwks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTTP 200 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Jwks"];
+                };
             };
         };
     };
@@ -1365,6 +1481,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -1418,6 +1543,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1481,6 +1615,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -1533,6 +1676,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1609,6 +1761,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -1676,6 +1837,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -1725,6 +1895,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1787,6 +1966,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1857,6 +2045,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -1912,6 +2109,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1981,6 +2187,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2042,6 +2257,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2088,6 +2312,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2157,6 +2390,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2215,6 +2457,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2265,6 +2516,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2334,6 +2594,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2392,6 +2661,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2434,6 +2712,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2496,6 +2783,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2590,6 +2886,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2633,6 +2938,66 @@ export interface operations {
             };
         };
     };
+    createToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TokenBody"];
+            };
+        };
+        responses: {
+            /** @description HTTP 201 */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenAnswer"];
+                };
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 409 */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     getUsage: {
         parameters: {
             query?: {
@@ -2666,6 +3031,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2767,6 +3141,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2823,6 +3206,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2863,6 +3255,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2937,6 +3338,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2985,6 +3395,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
