@@ -15,6 +15,9 @@ export const MAX_TTL_SECONDS = 86_400
 /** the bus topic that tells every process to read the keys again */
 export const KEYS_TOPIC = 'signing-keys'
 export const ALG = 'EdDSA'
+/** how long the keys read are trusted, invalidations aside: a key another process made shows in this
+ * process's key set within it even if its announcement was lost (a process killed before its NOTIFY) */
+const KEYS_TRUST_MS = 60_000
 
 /** The part of the bus the keys use. */
 export interface Invalidation {
@@ -73,7 +76,7 @@ export class SigningKeys {
       this.stale = false
       this.lastLoad = this.o.clock()
       try {
-        this.replace(await signingKeys.readSigningKeys(this.o.db, this.o.clock()))
+        await this.replace(await signingKeys.readSigningKeys(this.o.db, this.o.clock()))
       } catch (e) {
         this.stale = true
         throw e
@@ -96,7 +99,7 @@ export class SigningKeys {
   }
 
   private async fresh(): Promise<void> {
-    if (this.stale || this.loading) await this.load()
+    if (this.stale || this.loading || this.o.clock() - this.lastLoad > KEYS_TRUST_MS) await this.load()
   }
 
   /** GET /.well-known/jwks.json: the public keys that verify now, newest first. */
