@@ -28,9 +28,12 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
   app.get('/sessions/:id/stream', { config: { ...facts, eventStream: true }, schema: { operationId: 'streamSession', summary: 'Server-Sent Events: durable events from a seq, then live frames', params: S.SessionParams, querystring: S.StreamQuery } }, async (req, reply) => {
     const lastEventId = req.headers['last-event-id']
     const after = parseAfter(typeof lastEventId === 'string' ? lastEventId.trim() : undefined, 'Last-Event-ID') ?? parseAfter((req.query as { after?: string }).after, 'querystring.after') ?? -1
+    // the headers hooks set (CORS, API.md §18) go out with the raw answer the stream writes itself
+    const hooked = reply.getHeaders() as Record<string, string | number | string[]>
     reply.hijack()
     const res = reply.raw
     res.writeHead(200, {
+      ...hooked,
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache, no-transform',
       connection: 'keep-alive',

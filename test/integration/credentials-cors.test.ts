@@ -81,6 +81,14 @@ describe.each(DB_KINDS)('CORS on %s', (kind) => {
     const created = await req('/v1/sessions', { method: 'POST', origin: ALSO, credential: token, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: t.models.ref() }) })
     expect(created.status, created.text).toBe(201)
     expect(JSON.parse(created.text).owner).toBe('browser-user')
+    // the stream writes its answer itself: it carries the CORS headers all the same (EventSource needs them)
+    const ac = new AbortController()
+    const stream = await fetch(`${t.url}/v1/sessions/${JSON.parse(created.text).id}/stream?access_token=${token}`, { headers: { origin: ALLOWED }, signal: ac.signal })
+    expect(stream.status).toBe(200)
+    expect(stream.headers.get('content-type')).toMatch(/^text\/event-stream/)
+    expect(stream.headers.get('access-control-allow-origin')).toBe(ALLOWED)
+    expect(stream.headers.get('access-control-allow-credentials')).toBeNull()
+    ac.abort()
   })
 
   it("a tenant narrows the deployment's origins: another listed origin is then 403 for its credentials only", async () => {
