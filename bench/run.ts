@@ -1,4 +1,4 @@
-// `npm run bench [-- --only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file]
+// `npm run bench [-- --only turn,throughput,growth,fanout,memory,budget,tokens] [--db pg,pglite] [--quick] [--out file]
 //   [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]`
 // Runs each measurement on each database, prints one table per measurement and writes
 // bench/results.json (git-ignored). See bench/README.md for what every figure means.
@@ -17,8 +17,9 @@ import { benchGrowth } from './growth.js'
 import { benchFanout } from './fanout.js'
 import { benchMemory } from './memory.js'
 import { benchBudget } from './budget.js'
+import { benchTokens } from './tokens.js'
 
-const MEASUREMENTS = ['turn', 'throughput', 'growth', 'fanout', 'memory', 'budget'] as const
+const MEASUREMENTS = ['turn', 'throughput', 'growth', 'fanout', 'memory', 'budget', 'tokens'] as const
 type Measurement = (typeof MEASUREMENTS)[number]
 
 const TITLES: Record<Measurement, string> = {
@@ -28,6 +29,7 @@ const TITLES: Record<Measurement, string> = {
   fanout: '4. Fan-out (SSE subscribers on one session)',
   memory: '5. Memory (RSS of a child server process)',
   budget: '6. Budget check (turn overhead with the check before every model attempt / without it; "floor" = without)',
+  tokens: '7. Credentials (turn overhead driven with a token / with the tenant key; "floor" = the key)',
 }
 
 function parseArgs(argv: string[]) {
@@ -71,7 +73,7 @@ function parseArgs(argv: string[]) {
     } else if (a === '--peers') o.peers = true
     else if (a.startsWith('--cpu-prof')) o.cpuProf = path.resolve(val())
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]\n')
+      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget,tokens] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]\n')
       process.exit(0)
     } else throw new Error(`unknown argument ${a}`)
   }
@@ -119,6 +121,7 @@ async function main(): Promise<void> {
           else if (m === 'growth') r = await benchGrowth(kind, q ? { sizes: [10, 1000], turns: 8, warmup: 5, live: { turns: 120, window: 40 } } : { sizes: [10, 1000, 10000], turns: 40, warmup: 20, live: { turns: 1000, window: 100 } }, cp)
           else if (m === 'fanout') r = await benchFanout(kind, q ? { levels: [1, 100], turns: 2, minChunkTurns: 1 } : { levels: [1, 100, 1000], turns: 10 }, [cp, (cp2 ??= new ClientProc())])
           else if (m === 'budget') r = await benchBudget(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
+          else if (m === 'tokens') r = await benchTokens(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
           else r = await benchMemory(kind, q ? { sessions: 200, connections: 100, settleMs: 300 } : { sessions: 10000, connections: 1000, settleMs: 2000 })
         } catch (e) {
           process.stdout.write(`   ${m} on ${kind} failed: ${(e as Error)?.stack ?? e}\n`)

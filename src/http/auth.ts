@@ -198,10 +198,34 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
     if (!global.includes(origin) || (own && !own.includes(origin))) throw new ApiError('forbidden', `requests from origin ${origin} are not allowed for this tenant`)
   }
 
+  /**
+   * The owners of sessions tokens met, by tenant and id with the session's key: a session's owner never
+   * changes, and a deleted and recreated id has another key, so a delivery to a session this process
+   * drives can be let through without a read (the token fast path, below).
+   */
+  const owners = new Map<string, { key: string; owner: string | null }>()
+
   /** A token on a session route: the session, when the token reaches it; else 404 as another tenant's. */
   const loadReached = async (req: FastifyRequest, p: Principal, sessionId: string): Promise<void> => {
     const row = await getSession(deps.db, p.tenantId, sessionId, { inbox: req.routeOptions.config.inbox === true })
+    if (row) {
+      if (owners.size >= PrincipalCache.MAX) owners.delete(owners.keys().next().value!)
+      owners.set(`${p.tenantId}:${sessionId}`, { key: row.key, owner: row.owner })
+    }
     req.preloadedSession = row && reaches(p.grant!, row) ? row : null
+  }
+
+  /**
+   * Whether a token's delivery to session `id` may go without reading the session (as a known key's
+   * does, intake.deliverLocal): this process drives it, and the token reaches it by what memory holds.
+   */
+  const reachesLocally = (p: Principal, sessionId: string): boolean => {
+    const g = p.grant!
+    const key = deps.intake.localKey(sessionId, p.tenantId)
+    if (key === undefined || g.agents || (g.sessions && !g.sessions.includes(sessionId))) return false
+    if (g.subject === undefined) return true
+    const known = owners.get(`${p.tenantId}:${sessionId}`)
+    return known?.key === key && known.owner === g.subject
   }
 
   // a token limited to sessions or agents creates only those it lists (its body is read by now)
@@ -239,7 +263,16 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
       requireAccess(req, facts.access ?? 'write', facts.keyOnly === true)
       const agentId = facts.agent ? params?.[facts.agent] : undefined
       if (typeof agentId === 'string' && p.grant!.agents && !p.grant!.agents.includes(agentId)) throw new ApiError('not-found', `agent ${agentId} not found`)
-      if (sessionId !== undefined) await loadReached(req, p, sessionId)
+      if (sessionId !== undefined && facts.inbox && reachesLocally(p, sessionId)) {
+        // nothing is read now: the delivery goes in one statement; any other answer loads the session first
+        req.deferredKey = {
+          confirm: async () => {
+            req.deferredKey = undefined
+            await loadReached(req, p, sessionId)
+            if (req.preloadedSession === null) throw sessionNotFound(sessionId)
+          },
+        }
+      } else if (sessionId !== undefined) await loadReached(req, p, sessionId)
     } else {
       const id = facts.inbox ? PrincipalCache.id(token) : ''
       // a delivery to a session this process drives, by a key it knows: nothing is read now; the
@@ -248,7 +281,7 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
       if (known && deps.intake.drivesLocally(sessionId!, known.tenantId)) {
         p = req.principal = known
         req.deferredKey = {
-          keyId: known.keyId!,
+          keyId: known.keyId,
           confirm: async () => {
             req.deferredKey = undefined
             req.principal = undefined

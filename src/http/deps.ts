@@ -90,9 +90,10 @@ declare module 'fastify' {
     preloadedSession?: SessionRow | null
     /**
      * set when the auth hook took the principal from its cache for a delivery to a session this
-     * process drives (auth.ts): the delivery confirms the key in its statement; `confirm` reads the key
-     * and the session as the hook would have, before any other answer
+     * process drives (auth.ts): the delivery confirms the key in its statement (a token's, verified
+     * already, needs none: keyId undefined); `confirm` reads the key and the session as the hook would
+     * have, before any other answer
      */
-    deferredKey?: { keyId: string; confirm(): Promise<void> }
+    deferredKey?: { keyId?: string; confirm(): Promise<void> }
   }
 }
