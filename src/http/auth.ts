@@ -9,7 +9,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError, sessionNotFound } from '../errors.js'
 import { getSession, tenants, type Grant, type Principal, type SessionFilter, type SessionRow } from '../store/index.js'
-import type { HttpDeps } from './deps.js'
+import type { HttpDeps, RouteFacts } from './deps.js'
 
 /** The one answer to any token that is not accepted (API.md §18: no hint of which check failed). */
 export const TOKEN_REFUSED = 'the token is not valid here: it is expired, not signed by a key this server trusts, or not meant for it'
@@ -124,15 +124,24 @@ export function sessionFilter(p: Principal): SessionFilter | null {
 }
 
 /**
- * The check of a token against what the route or operation needs (API.md §18): a tenant-key route,
- * or a scope the token lacks, is 403 forbidden. A key may do anything. The WebSocket's input ops ask
- * it for `write`.
+ * Why a token may not do what a route (or an operation) needs, from the route's facts (API.md §18):
+ * a tenant-key route or a scope it lacks is 403 forbidden, an agent it is not limited to 404 as a
+ * missing agent. Undefined when it may; a key (no grant) always may.
  */
-export function requireAccess(req: FastifyRequest, access: 'read' | 'write', keyOnly = false): void {
-  const g = req.principal?.grant
-  if (!g) return
-  if (keyOnly) throw new ApiError('forbidden', 'this route takes a tenant API key; a token cannot use it')
-  if (!g.scopes.includes(access)) throw new ApiError('forbidden', `this token's scopes (${g.scopes.join(', ')}) do not include ${access}`)
+export function tokenRefusal(g: Grant | undefined, facts: Pick<RouteFacts, 'access' | 'keyOnly' | 'agent'>, params?: Record<string, unknown>): ApiError | undefined {
+  if (!g) return undefined
+  if (facts.keyOnly) return new ApiError('forbidden', 'this route takes a tenant API key; a token cannot use it')
+  const access = facts.access ?? 'write'
+  if (!g.scopes.includes(access)) return new ApiError('forbidden', `this token's scopes (${g.scopes.join(', ')}) do not include ${access}`)
+  const agentId = facts.agent ? params?.[facts.agent] : undefined
+  if (typeof agentId === 'string' && g.agents && !g.agents.includes(agentId)) return new ApiError('not-found', `agent ${agentId} not found`)
+  return undefined
+}
+
+/** The WebSocket's input ops need `write` of a token (API.md §18), as the input routes do. */
+export function requireAccess(req: FastifyRequest, access: 'read' | 'write'): void {
+  const refusal = tokenRefusal(req.principal?.grant, { access })
+  if (refusal) throw refusal
 }
 
 const isSameOrigin = (origin: string, host: string | undefined) => {
@@ -260,9 +269,8 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
     if (!tenants.isKeyShaped(token)) {
       p = await authenticateToken(req, token)
       await checkOrigin(req, p)
-      requireAccess(req, facts.access ?? 'write', facts.keyOnly === true)
-      const agentId = facts.agent ? params?.[facts.agent] : undefined
-      if (typeof agentId === 'string' && p.grant!.agents && !p.grant!.agents.includes(agentId)) throw new ApiError('not-found', `agent ${agentId} not found`)
+      const refusal = tokenRefusal(p.grant, facts, params)
+      if (refusal) throw refusal
       if (sessionId !== undefined && facts.inbox && reachesLocally(p, sessionId)) {
         // nothing is read now: the delivery goes in one statement; any other answer loads the session first
         req.deferredKey = {
