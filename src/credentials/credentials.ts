@@ -28,6 +28,9 @@ export interface CredentialsOptions {
   keyReloadIntervalMs?: number
 }
 
+/** A tenant's identity provider as an admin sets it (subjectClaim defaults to `sub`), or null to remove it. */
+export type AuthPatch = (Omit<TenantAuth, 'subjectClaim'> & { subjectClaim?: string }) | null
+
 /** the bus topic of a tenant's identity provider and origins: setAccess invalidates it in every process */
 const ACCESS_TOPIC = 'tenant-access:'
 /** verified tokens and tenants kept in memory; beyond it the oldest goes */
@@ -124,7 +127,7 @@ export class Credentials {
    * guard and the origins' form, sets both in one statement, and has every process forget what it
    * knew of the tenant before answering. Undefined for an unknown tenant.
    */
-  async setAccess(tenantId: string, patch: { auth?: (Omit<TenantAuth, 'subjectClaim'> & { subjectClaim?: string }) | null; cors?: TenantCors | null }): Promise<TenantRecord | undefined> {
+  async setAccess(tenantId: string, patch: { auth?: AuthPatch; cors?: TenantCors | null }): Promise<TenantRecord | undefined> {
     let auth: TenantAuth | null | undefined
     if (patch.auth) {
       auth = { ...patch.auth, subjectClaim: patch.auth.subjectClaim ?? 'sub' }

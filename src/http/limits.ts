@@ -3,6 +3,7 @@
 
 import type { FastifyInstance } from 'fastify'
 import { ApiError } from '../errors.js'
+import type { AuthPatch } from '../credentials/index.js'
 import type { Limits } from '../tenancy/index.js'
 import type { HttpDeps } from './deps.js'
 import * as S from './schemas.js'
@@ -22,7 +23,7 @@ export async function limitRoutes(app: FastifyInstance, deps: HttpDeps): Promise
 
   app.patch('/admin/tenants/:tenantId', { config: admin, schema: { operationId: 'updateTenant', summary: "Set or remove a tenant's limits, identity provider and origins", params: S.TenantParams, body: S.PatchTenantBody, response: { 200: S.TenantLimitsAnswer, ...err } } }, async (req) => {
     const { tenantId } = req.params as { tenantId: string }
-    const body = req.body as { limits?: { [K in keyof Limits]?: number | null }; auth?: Parameters<HttpDeps['credentials']['setAccess']>[1]['auth']; cors?: { origins: string[] } | null }
+    const body = req.body as { limits?: { [K in keyof Limits]?: number | null }; auth?: AuthPatch; cors?: { origins: string[] } | null }
     if (!UUID.test(tenantId)) throw notFound(tenantId)
     // the provider and origins first: they are what a PATCH can refuse (a URL the guard refuses, an
     // issuer another tenant has), and a refused PATCH changes nothing
