@@ -185,7 +185,7 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
     return p
   }
 
-  /** A token's principal (from memory once verified), and on a session route the session it reaches. */
+  /** A token's principal (from memory once verified); 401 with the one message for any token refused. */
   const authenticateToken = async (req: FastifyRequest, token: string): Promise<Principal> => {
     const p = await deps.credentials.authenticate(token)
     if (!p) throw new ApiError('unauthorized', TOKEN_REFUSED)
