@@ -179,6 +179,7 @@ function codeBlock(s: Schema | undefined, r: Render): string[] {
 
 const SECURITY: Record<string, string> = {
   apiKey: 'a tenant API key (`Authorization: Bearer <key>`)',
+  token: 'a [token](#tokens)',
   adminToken: 'the admin token (`Authorization: Bearer $AGENTD_ADMIN_TOKEN`)',
 }
 
@@ -188,8 +189,9 @@ function renderOperation(method: string, p: string, op: Operation, doc: OpenApiD
   const facts: string[] = []
   const summary = op.summary && userText(op.summary)
   if (summary) facts.push(`${summary.replace(/\.$/, '')}.`)
-  const schemes = (op.security ?? []).flatMap((s) => Object.keys(s))
-  facts.push(schemes.length ? `Needs ${schemes.map((k) => SECURITY[k] ?? `\`${k}\``).join(' or ')}.` : 'Needs no key.')
+  // a requirement's roles are the token scopes the route needs
+  const schemes = (op.security ?? []).flatMap((s) => Object.entries(s).map(([k, roles]) => `${SECURITY[k] ?? `\`${k}\``}${Array.isArray(roles) && roles.length ? ` with scope ${roles.map((x) => `\`${x}\``).join(', ')}` : ''}`))
+  facts.push(schemes.length ? `Needs ${schemes.join(' or ')}.` : 'Needs no key.')
   if (op.operationId) facts.push(`Operation id \`${op.operationId}\`.`)
   out.push(facts.join(' '), '')
   if (op.description && userText(op.description)) out.push(userText(op.description), '')

@@ -6,6 +6,7 @@ import type { FastifyInstance } from 'fastify'
 import type { Config } from './config.js'
 import { Agent, Agents, Intake, KeyedMutex, Publisher, Sessions, SystemPromptService, errorChain, type AgentDeps } from './agent/index.js'
 import { Feeds, LiveAttempts, LocalHub, PgBus, type Bus, type LiveFrame } from './bus/index.js'
+import { Credentials } from './credentials/index.js'
 import { createRoot, type Context } from './hooks/index.js'
 import { buildHttp, Listener, type DriverControl } from './http/index.js'
 import { Metrics } from './metrics.js'
@@ -35,6 +36,7 @@ export interface App {
   tenancy: Tenancy
   secrets: Secrets
   webhooks: WebhookService
+  credentials: Credentials
   deliverer?: Deliverer
   host?: WorkerHost
   http?: FastifyInstance
@@ -72,6 +74,8 @@ export interface StartOptions {
   webhooks?: Partial<DelivererOptions> & { deliver?: boolean }
   /** PostgreSQL bus presence heartbeat (tests shrink it; default 5 s) */
   busHeartbeatMs?: number
+  /** tokens (API.md §18): the clock of their keys and expiry, how long an identity provider's key set is cached, the least time between key reloads (tests) */
+  credentials?: { clock?: () => number; jwksCacheMaxAgeMs?: number; keyReloadIntervalMs?: number }
 }
 
 export async function startApp(config: Config, o: StartOptions = {}): Promise<App> {
@@ -104,7 +108,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     let firstKey: string | undefined
     if (!config.databaseUrl && !o.db) firstKey = await ensureEmbeddedTenant(db, config.dataDir, log)
     // API.md §13: the embedded database keeps its own key next to it; PostgreSQL needs AGENTD_SECRET_KEY
-    const secrets = new Secrets({ db, key: config.secretKey ?? (config.databaseUrl ? undefined : embeddedSecretKey(config.dataDir)) })
+    const secretKey = config.secretKey ?? (config.databaseUrl ? undefined : embeddedSecretKey(config.dataDir))
+    const secrets = new Secrets({ db, key: secretKey })
 
     let bus: Bus
     if (config.databaseUrl && db.kind === 'pg') {
@@ -113,6 +118,10 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       bus = pgBus
     } else bus = new LocalHub()
     cleanup.push(() => bus.close())
+
+    // API.md §18: signing keys are sealed like secrets, so without a key agentd mints no token
+    const credentials = new Credentials({ db, bus, secretKey, rotationDays: config.tokenKeyRotationDays, policy: toolPolicy, ...(o.credentials ?? {}) })
+    cleanup.push(() => credentials.close())
 
     const publisher = new Publisher(bus, root, log)
     const mutex = new KeyedMutex()
@@ -133,6 +142,8 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     // API.md §15: budgets before every model attempt, slot doorbells and tenant metrics after commits
     const tenancy = new Tenancy({ db, bus, log, metrics, clock: o.clock, running: () => runningTenants(host) })
     cleanup.push(publisher.observe((s, events) => tenancy.committed(s.tenantId, events)))
+    // a token's principal carries its tenant's requestsPerMin, as a key's does
+    cleanup.push(tenancy.onLimitsChanged((tenantId) => credentials.forget(tenantId)))
 
     const agentDeps: AgentDeps = {
       sessionLog: { db, publisher, mutex, log, onAppend: (n) => metrics.appends.inc({}, n) },
@@ -207,6 +218,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       tenancy,
       secrets,
       webhooks,
+      credentials,
       deliverer,
       host,
       firstKey,
@@ -230,6 +242,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       tenancy,
       secrets,
       webhooks,
+      credentials,
       snapshot,
       driver,
       ready: () => schemaCurrent(db),

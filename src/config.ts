@@ -36,6 +36,10 @@ export interface Config {
   requestTimeoutMs: number
   /** how long an SSE subscriber may keep its socket full before it is cut as a slow consumer */
   slowConsumerMs: number
+  /** AGENTD_TOKEN_KEY_ROTATION_DAYS (API.md §18): how long a key signs agentd's tokens */
+  tokenKeyRotationDays: number
+  /** AGENTD_CORS_ORIGINS (API.md §18): origins whose browsers may call; empty answers no preflight */
+  corsOrigins: string[]
 }
 
 export class ConfigError extends Error {
@@ -65,6 +69,16 @@ export function parseSecretKey(raw: string): Buffer | string {
   return key.length === 32 ? key : `must be 32 bytes in base64, got ${key.length} bytes`
 }
 
+/** An origin as browsers send it in `Origin`: scheme, host and port, nothing after them. */
+export function isOrigin(s: string): boolean {
+  try {
+    const u = new URL(s)
+    return (u.protocol === 'http:' || u.protocol === 'https:') && u.origin === s
+  } catch {
+    return false
+  }
+}
+
 const list = (raw: string | undefined) => (raw ?? '').split(',').map((s) => s.trim()).filter(Boolean)
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -83,6 +97,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (pgPrepare !== 'on' && pgPrepare !== 'off') throw new ConfigError(`AGENTD_PG_PREPARE must be on or off, got ${JSON.stringify(env.AGENTD_PG_PREPARE)}`)
   const compactionModel = env.AGENTD_COMPACTION_MODEL || undefined
   if (compactionModel && !compactionModel.includes('/')) throw new ConfigError('AGENTD_COMPACTION_MODEL must be provider/modelId')
+  const corsOrigins = list(env.AGENTD_CORS_ORIGINS)
+  for (const o of corsOrigins) if (!isOrigin(o)) throw new ConfigError(`AGENTD_CORS_ORIGINS: ${JSON.stringify(o)} is not an origin (scheme://host[:port], nothing after it, e.g. https://app.example.com)`)
   let secretKey: Buffer | undefined
   if (env.AGENTD_SECRET_KEY) {
     const k = parseSecretKey(env.AGENTD_SECRET_KEY)
@@ -115,5 +131,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     ...(secretKey ? { secretKey } : {}),
     requestTimeoutMs: int(env, 'AGENTD_REQUEST_TIMEOUT_MS', 30000, 100, 3_600_000),
     slowConsumerMs: int(env, 'AGENTD_SLOW_CONSUMER_MS', 30000, 100, 3_600_000),
+    tokenKeyRotationDays: int(env, 'AGENTD_TOKEN_KEY_ROTATION_DAYS', 30, 1, 365),
+    corsOrigins: [...new Set(corsOrigins)],
   }
 }

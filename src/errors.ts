@@ -6,6 +6,7 @@ export type ErrorCode = keyof typeof ERROR_STATUS
 export const ERROR_STATUS = {
   'bad-request': 400,
   unauthorized: 401,
+  forbidden: 403,
   'session-not-found': 404,
   'not-found': 404,
   'session-busy': 409,

@@ -27,11 +27,11 @@ export class ApiError extends Error {
 const asApiError = (e) => (e instanceof AgentdError ? Object.assign(new ApiError(e.code, e.message, e.status, e.details), { cause: e }) : e)
 
 /**
- * A client for one API key. Every method returns the answer's JSON body (undefined when it has none)
- * or rejects with an ApiError.
+ * A client for one credential: a tenant API key (`agd_…`) or a token (API.md §18). Every method returns
+ * the answer's JSON body (undefined when it has none) or rejects with an ApiError.
  */
-export function createClient({ apiKey, baseUrl = location.origin }) {
-  const sdk = new AgentdClient({ baseUrl, apiKey })
+export function createClient({ credential, baseUrl = location.origin }) {
+  const sdk = new AgentdClient({ baseUrl, ...(credential.startsWith('agd_') ? { apiKey: credential } : { token: credential }) })
   const wrap = (fn) => async (...args) => {
     try {
       return await fn(...args)

@@ -1,14 +1,33 @@
-// The console's shared state — the API key, the client made for it, the open session view — and
-// the two ways work reaches the server: a user's action and a background read.
+// The console's shared state — the credential (an API key or a token), the client made for it, the
+// open session view — and the two ways work reaches the server: a user's action and a background read.
 
 import { createClient } from './api.js'
 import { $, clearErrors, showError } from './dom.js'
 
 const KEY_STORAGE = 'agentd.apiKey'
-const NO_KEY = 'No API key yet: paste yours in the key field at the top, then Save.'
+const NO_KEY = 'No API key yet: paste yours (or a token) in the key field at the top, then Save.'
+
+/**
+ * What a pasted credential may do, for what the console offers (API.md §18): a tenant key anything; a
+ * token is not one of the tenant's own routes (usage, secrets, webhooks), and one of agentd's own with
+ * only the `read` scope gets a read-only view. The token's claims are only read here, for the layout;
+ * the server checks them on every request.
+ */
+function accessOf(credential) {
+  if (!credential || credential.startsWith('agd_')) return { token: false, write: true }
+  try {
+    const payload = credential.split('.')[1].replace(/-/g, '+').replace(/_/g, '/')
+    const claims = JSON.parse(atob(payload.padEnd(Math.ceil(payload.length / 4) * 4, '=')))
+    return { token: true, write: claims.iss !== 'agentd' || String(claims.scope ?? '').split(' ').includes('write') }
+  } catch {
+    return { token: true, write: true }
+  }
+}
 
 export const state = {
   key: '',
+  /** whether the credential is a token, and whether it may write (accessOf) */
+  access: accessOf(''),
   /** null while there is no key: then nothing is sent at all (a missing key is not a rejected one) */
   client: null,
   /** the open session (view.js), or null */
@@ -23,10 +42,15 @@ function keyStatus(text, kind) {
   $('key-status').dataset.state = kind
 }
 
-/** Uses `key` from now on: a new client, so answers to the old key's requests are dropped (see run). */
+/** Uses `key` (an API key or a token) from now on: a new client, so answers to the old key's requests are dropped (see run). */
 export function setKey(key, { remember = true } = {}) {
   state.key = key
-  state.client = key ? createClient({ apiKey: key }) : null
+  state.access = accessOf(key)
+  state.client = key ? createClient({ credential: key }) : null
+  // body[data-access] hides what a read-only token may not do; body[data-cred] the tenant's own panels
+  document.body.dataset.access = state.access.write ? 'write' : 'read'
+  document.body.dataset.cred = state.access.token ? 'token' : 'key'
+  $('session-title').readOnly = !state.access.write
   if (remember) {
     if (key) localStorage.setItem(KEY_STORAGE, key)
     else localStorage.removeItem(KEY_STORAGE)
@@ -37,7 +61,7 @@ export function setKey(key, { remember = true } = {}) {
 export const storedKey = () => localStorage.getItem(KEY_STORAGE) ?? ''
 
 export function keySaved() {
-  keyStatus(state.key ? 'saved' : 'no key', state.key ? 'ok' : 'warn')
+  keyStatus(!state.key ? 'no key' : !state.access.token ? 'saved' : state.access.write ? 'token saved' : 'token saved: read only', state.key ? 'ok' : 'warn')
 }
 
 /** On a phone the session list is a drawer over the page (console.css). */
@@ -91,7 +115,7 @@ export function reportError(errorEl, err) {
     keyState('bad')
     keyStatus('key rejected', 'bad')
     showError(errorEl, null)
-    showError($('key-error'), `The server rejected this key (${err}). Paste a key of yours and Save.`)
+    showError($('key-error'), state.access.token ? `The server rejected this token (${err}): it may have expired. Paste a new one and Save.` : `The server rejected this key (${err}). Paste a key of yours and Save.`)
     return
   }
   showError(errorEl, err)

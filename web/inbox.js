@@ -11,7 +11,7 @@ function inboxItem(v, m) {
     h('span', { class: 'inbox-text', text: textOf(m.content) || '(no text)' }),
     h('button', {
       type: 'button',
-      class: 'btn ghost small',
+      class: 'btn ghost small needs-write',
       title: 'remove from the inbox',
       text: '✕',
       'aria-label': 'remove',

@@ -20,12 +20,12 @@ function pendingCard(v, c) {
     const deny = h('button', { type: 'button', class: 'btn danger small', text: 'Deny' })
     allow.addEventListener('click', () => answer((api) => api.answerApproval(v.id, c.callId, { decision: 'allow' }), [allow, deny]))
     deny.addEventListener('click', () => answer((api) => api.answerApproval(v.id, c.callId, { decision: 'deny', reason: reason.value.trim() }), [allow, deny]))
-    actions = h('div', { class: 'pending-actions' }, reason, h('div', { class: 'row' }, allow, deny))
+    actions = h('div', { class: 'pending-actions needs-write' }, reason, h('div', { class: 'row' }, allow, deny))
   } else {
     const content = h('textarea', { class: 'result-input', rows: 2, placeholder: 'the tool result', 'aria-label': 'tool result' })
     const isError = h('input', { type: 'checkbox' })
     const send = h('button', { type: 'submit', class: 'btn primary small', text: 'Send result' })
-    actions = h('form', { class: 'pending-actions' }, content, h('div', { class: 'row' }, h('label', { class: 'toggle' }, isError, ' is error'), send))
+    actions = h('form', { class: 'pending-actions needs-write' }, content, h('div', { class: 'row' }, h('label', { class: 'toggle' }, isError, ' is error'), send))
     actions.addEventListener('submit', (e) => {
       e.preventDefault()
       void answer((api) => api.sendToolResult(v.id, { callId: c.callId, content: content.value, isError: isError.checked }), [send])

@@ -28,8 +28,9 @@ function render(secrets) {
 /** Reads and shows the key's tenant's secret names; hides the panel without a key. */
 export async function refreshSecrets() {
   const key = state.key
-  $('secrets-panel').hidden = !key
-  if (!key) return
+  // the tenant's own business takes its key: a token is refused it (API.md §18)
+  $('secrets-panel').hidden = !key || state.access.token
+  if (!key || state.access.token) return
   const r = await read($('secrets-error'), (api) => api.request('GET', '/v1/secrets'))
   if (!r.ok) {
     if (r.error) $('secret-list').replaceChildren()

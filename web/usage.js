@@ -43,8 +43,9 @@ let timer = 0
 export async function refreshUsage() {
   clearTimeout(timer)
   const key = state.key
-  $('usage-panel').hidden = !key
-  if (!key) return
+  // the tenant's own business takes its key: a token is refused it (API.md §18)
+  $('usage-panel').hidden = !key || state.access.token
+  if (!key || state.access.token) return
   timer = setTimeout(() => void refreshUsage(), REFRESH_MS)
   try {
     const answer = await monthByDay()

@@ -69,8 +69,9 @@ let timer = 0
 export async function refreshWebhooks() {
   clearTimeout(timer)
   const key = state.key
-  $('webhooks-panel').hidden = !key
-  if (!key || !state.client) return
+  // the tenant's own business takes its key: a token is refused it (API.md §18)
+  $('webhooks-panel').hidden = !key || state.access.token
+  if (!key || !state.client || state.access.token) return
   timer = setTimeout(() => void refreshWebhooks(), REFRESH_MS)
   try {
     const { webhooks } = await state.client.request('GET', '/v1/webhooks')

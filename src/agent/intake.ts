@@ -98,19 +98,25 @@ export class Intake {
 
   /** Whether this process drives session `id` of this tenant (a delivery to it may go by deliverLocal). */
   drivesLocally(sessionId: string, tenantId: string): boolean {
-    return this.d.agents?.local?.(sessionId)?.tenantId === tenantId
+    return this.localKey(sessionId, tenantId) !== undefined
+  }
+
+  /** The key of session `id` of this tenant while this process drives it (a deleted and recreated id has another). */
+  localKey(sessionId: string, tenantId: string): string | undefined {
+    const agent = this.d.agents?.local?.(sessionId)
+    return agent?.tenantId === tenantId ? agent.key : undefined
   }
 
   /**
    * A delivery to a session this process drives, by a key the process authenticated before and has not
-   * read again: ONE statement. It plans on the driver's folded log and the row flags it last saw
-   * instead of reading the row, and its append is conditioned, besides the seq and the flags, on the
-   * key still existing unrevoked (side row 'key-live'), so a revoked key is refused at once even
-   * though nothing was read (API.md §3). Answers null when anything is off — the session is not driven
+   * read again, or by a token it verified (API.md §18: no key to confirm): ONE statement. It plans on
+   * the driver's folded log and the row flags it last saw instead of reading the row, and its append is
+   * conditioned, besides the seq and the flags, on the key still existing unrevoked (side row
+   * 'key-live'), so a revoked key is refused at once even though nothing was read (API.md §3). Answers null when anything is off — the session is not driven
    * here, belongs to another tenant, its view is stale, the key is gone, or the message is a replay of
    * a named one — and the caller authenticates against the database and delivers as usual.
    */
-  async deliverLocal(sessionId: string, tenantId: string, keyId: string, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<(Accepted & { replayed: boolean }) | null> {
+  async deliverLocal(sessionId: string, tenantId: string, keyId: string | undefined, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<(Accepted & { replayed: boolean }) | null> {
     const agent = this.d.agents?.local?.(sessionId)
     if (!agent || agent.tenantId !== tenantId) return null
     const { key } = agent
@@ -120,7 +126,7 @@ export class Intake {
       if (!snap) return null
       // a replay answers from the record, with no statement to confirm the key in: the usual path
       if (idempotency && (await findIdempotency(this.d.db, key, message.id))) return null
-      return this.appendDelivery(key, sessionId, snap, route, message, idempotency, [{ kind: 'key-live', keyId }])
+      return this.appendDelivery(key, sessionId, snap, route, message, idempotency, keyId === undefined ? [] : [{ kind: 'key-live', keyId }])
     })
   }
 

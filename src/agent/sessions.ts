@@ -45,7 +45,7 @@ export interface SessionObject {
   lastTurn: { turn: number; reason: TurnEndReason; endedAt: string } | null
   /** API.md §4, §16: the agent version the session was made from */
   agent: { id: string; version: number } | null
-  /** API.md §18: the subject that created the session; null until credentials exist */
+  /** API.md §18: the subject that created it, null for a key or a token without subject */
   owner: string | null
   settings: SessionSettings
 }
@@ -63,7 +63,7 @@ export function sessionObject(r: SessionRow): SessionObject {
     usage: { ...r.usage, costUsd: Math.round(r.usage.costUsd * 1e9) / 1e9 },
     lastTurn: r.lastTurn ? { turn: r.lastTurn.turn, reason: r.lastTurn.reason, endedAt: new Date(r.lastTurn.time).toISOString() } : null,
     agent: r.agent,
-    owner: null,
+    owner: r.owner,
     settings: settingsShown(r),
   }
 }
@@ -198,11 +198,12 @@ export class Sessions {
   }
 
   /**
-   * POST /v1/sessions: 201 a new session, 200 the existing one for a repeated identical create. The
-   * create hash is the body's as sent, `agent` as written: a repeat answers the session it made even
-   * after the agent gained versions or was deleted.
+   * POST /v1/sessions: 201 a new session, 200 the existing one for a repeated identical create by the
+   * same owner (API.md §18: the subject creating it, null for a tenant key). The create hash is the
+   * body's as sent, `agent` as written: a repeat answers the session it made even after the agent
+   * gained versions or was deleted.
    */
-  async create(tenantId: string, body: CreateBody): Promise<{ row: SessionRow; created: boolean }> {
+  async create(tenantId: string, body: CreateBody, owner: string | null = null): Promise<{ row: SessionRow; created: boolean }> {
     assertLosslessBody(body)
     const createHash = crypto.createHash('sha256').update(canonicalJson(body)).digest('hex')
     let spec: SessionSpec
@@ -211,17 +212,18 @@ export class Sessions {
     } catch (e) {
       if (body.id !== undefined && e instanceof ApiError && (e.code === 'not-found' || e.code === 'model-unavailable')) {
         const existing = await getSession(this.d.db, tenantId, body.id)
-        if (existing?.createHash === createHash) return { row: existing, created: false }
+        if (existing?.createHash === createHash && existing.owner === owner) return { row: existing, created: false }
       }
       throw e
     }
     const id = body.id ?? newSessionId()
     const now = Date.now()
-    const row = await insertSession(this.d.db, { ...spec, key: crypto.randomUUID(), tenantId, id, createHash, createdAt: now })
+    const row = await insertSession(this.d.db, { ...spec, key: crypto.randomUUID(), tenantId, id, createHash, createdAt: now, owner })
     if (row) return { row, created: true }
     const existing = await getSession(this.d.db, tenantId, id)
     if (!existing) throw new ApiError('session-conflict', `session ${id} was created and deleted concurrently; try again`)
-    if (existing.createHash !== createHash) throw new ApiError('session-conflict', `session ${id} exists with a different body`)
+    // another owner's session is not answered: its id is taken, nothing more is said of it
+    if (existing.createHash !== createHash || existing.owner !== owner) throw new ApiError('session-conflict', `session ${id} exists with a different body`)
     return { row: existing, created: false }
   }
 
@@ -281,7 +283,7 @@ export class Sessions {
       if (source.maxTokens !== undefined) spec.maxTokens = source.maxTokens
       if (source.reasoningEffort !== undefined) spec.reasoningEffort = source.reasoningEffort
       const id = newSessionId()
-      const row = await insertSession(tx, { ...spec, key: crypto.randomUUID(), tenantId: source.tenantId, id, createHash: crypto.createHash('sha256').update(`fork:${id}`).digest('hex'), createdAt: now })
+      const row = await insertSession(tx, { ...spec, key: crypto.randomUUID(), tenantId: source.tenantId, id, createHash: crypto.createHash('sha256').update(`fork:${id}`).digest('hex'), createdAt: now, owner: source.owner })
       if (!row) throw new Error('fork: fresh session id collided')
       if (prefix.length) await copyLogPrefix(tx, source.key, row.key, prefix[prefix.length - 1], { inbox, usage, lastTurn })
       const locked = (await lockSession(tx, row.key))!

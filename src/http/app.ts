@@ -23,6 +23,8 @@ import { limitRoutes } from './limits.js'
 import { usageRoutes } from './usage.js'
 import { secretRoutes } from './secrets.js'
 import { webhookRoutes } from './webhooks.js'
+import { jwksRoute, tokenRoutes } from './tokens.js'
+import { corsPlugin } from './cors.js'
 import { collectRoutes, type RouteDoc } from './openapi.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
@@ -40,6 +42,17 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
     return503OnClosing: false,
     clientErrorHandler: handleClientError,
     frameworkErrors,
+    // a client gets AGENTD_REQUEST_TIMEOUT_MS to send its whole request (a slow-loris body or header
+    // is cut with a §10 answer by handleClientError); Node checks that this often
+    requestTimeout: deps.config.requestTimeoutMs,
+    // Node answers a missing Host with an empty 400 of its own; connectionsPlugin answers it instead
+    http: {
+      // API.md §18: a token up to 8 KiB (and a longer one, to refuse with 401) fits with room to spare
+      maxHeaderSize: 32 * 1024,
+      requireHostHeader: false,
+      headersTimeout: Math.min(60_000, deps.config.requestTimeoutMs),
+      connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(deps.config.requestTimeoutMs / 4))),
+    },
     // verbose: a schema error carries its schema, so details can say what the field would have to be (errors.ts)
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: true, useDefaults: false, verbose: true } },
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
@@ -59,9 +72,11 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
   })
   await app.register(websocket, { options: { maxPayload: deps.config.bodyLimit } })
 
+  await app.register(corsPlugin, deps)
   await app.register(opsRoutes, { deps, routes })
   // a worker process (AGENTD_ROLE=worker) drives sessions and answers only the operations routes
   if (deps.config.role !== 'worker') {
+    await app.register(jwksRoute, deps)
     await app.register(async (v1) => {
       await v1.register(authPlugin, deps)
       await v1.register(sessionLoading, deps)
@@ -76,6 +91,7 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(usageRoutes, deps)
       await v1.register(secretRoutes, deps)
       await v1.register(webhookRoutes, deps)
+      await v1.register(tokenRoutes, deps)
     }, { prefix: '/v1' })
   }
   return app

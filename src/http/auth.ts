@@ -1,12 +1,18 @@
-// Authentication of the /v1 scope (API.md §3): tenant keys, the admin token on admin routes, the
-// `?access_token=` fallback of streams, and the rate limit per key or per tenant (API.md §1, §15).
+// Authentication and authorization of the /v1 scope, in one place (API.md §3, §18): tenant keys,
+// tokens (agentd's own and tenants' identity providers'), the admin token on admin routes, the
+// `?access_token=` fallback of streams; then what the credential may do — the origin it comes from,
+// the route's scope, the sessions and agents it reaches — from the facts each route declares; and the
+// rate limit per key, subject or tenant (API.md §1, §15).
 
 import crypto from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError, sessionNotFound } from '../errors.js'
-import { tenants, type Principal } from '../store/index.js'
-import type { HttpDeps } from './deps.js'
+import { getSession, tenants, type Grant, type Principal, type SessionFilter, type SessionRow } from '../store/index.js'
+import type { HttpDeps, RouteFacts } from './deps.js'
+
+/** The one answer to any token that is not accepted (API.md §18: no hint of which check failed). */
+export const TOKEN_REFUSED = 'the token is not valid here: it is expired, not signed by a key this server trusts, or not meant for it'
 
 /**
  * Token buckets (API.md §1 AGENTD_RATE_LIMIT_PER_MIN): one per key at the default rate, or one per
@@ -18,7 +24,7 @@ class RateLimiter {
   /** 0 when the request may go, else the seconds to wait */
   take(p: Principal): number {
     const perMin = p.requestsPerMin ?? this.perMin
-    const key = p.requestsPerMin === undefined ? `key:${p.keyId}` : `tenant:${p.tenantId}`
+    const key = p.requestsPerMin !== undefined ? `tenant:${p.tenantId}` : p.keyId !== undefined ? `key:${p.keyId}` : `token:${p.tenantId}:${p.grant!.bucket}`
     const now = Date.now()
     let b = this.buckets.get(key)
     // a changed limit starts the bucket over
@@ -100,9 +106,56 @@ function isAdmin(given: string | undefined, token: string): boolean {
   return crypto.timingSafeEqual(a, b)
 }
 
+/** The session a token's subject, session list and agent list let it reach (API.md §18). */
+export function reaches(g: Grant, row: SessionRow): boolean {
+  if (g.sessions && !g.sessions.includes(row.id)) return false
+  if (g.subject !== undefined && row.owner !== g.subject) return false
+  // sessions carry no agent yet (API.md §16 comes with issue 36): a token limited to agents reaches none
+  if (g.agents) return false
+  return true
+}
+
+/** What a list of sessions shows a principal: everything of its tenant for a key, a token's own. */
+export function sessionFilter(p: Principal): SessionFilter | null {
+  const g = p.grant
+  if (!g) return {}
+  if (g.agents) return null
+  return { ...(g.subject !== undefined ? { owner: g.subject } : {}), ...(g.sessions ? { ids: g.sessions } : {}) }
+}
+
 /**
- * The auth plugin of a scope: every route in it is `auth: 'tenant'` unless it says otherwise; one
- * onRequest hook checks what the route's facts ask for. An unknown route is 404 whoever asks.
+ * Why a token may not do what a route (or an operation) needs, from the route's facts (API.md §18):
+ * a tenant-key route or a scope it lacks is 403 forbidden, an agent it is not limited to 404 as a
+ * missing agent. Undefined when it may; a key (no grant) always may.
+ */
+export function tokenRefusal(g: Grant | undefined, facts: Pick<RouteFacts, 'access' | 'keyOnly' | 'agent'>, params?: Record<string, unknown>): ApiError | undefined {
+  if (!g) return undefined
+  if (facts.keyOnly) return new ApiError('forbidden', 'this route takes a tenant API key; a token cannot use it')
+  const access = facts.access ?? 'write'
+  if (!g.scopes.includes(access)) return new ApiError('forbidden', `this token's scopes (${g.scopes.join(', ')}) do not include ${access}`)
+  const agentId = facts.agent ? params?.[facts.agent] : undefined
+  if (typeof agentId === 'string' && g.agents && !g.agents.includes(agentId)) return new ApiError('not-found', `agent ${agentId} not found`)
+  return undefined
+}
+
+/** The WebSocket's input ops need `write` of a token (API.md §18), as the input routes do. */
+export function requireAccess(req: FastifyRequest, access: 'read' | 'write'): void {
+  const refusal = tokenRefusal(req.principal?.grant, { access })
+  if (refusal) throw refusal
+}
+
+const isSameOrigin = (origin: string, host: string | undefined) => {
+  try {
+    return host !== undefined && new URL(origin).host === host
+  } catch {
+    return false
+  }
+}
+
+/**
+ * The auth plugin of a scope: every route in it is `auth: 'tenant'` unless it says otherwise, and
+ * needs `read` of a token for GET, `write` otherwise; one onRequest hook checks what the route's facts
+ * ask for. An unknown route is 404 whoever asks.
  */
 export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
   const limiter = new RateLimiter(deps.config.rateLimitPerMin)
@@ -132,8 +185,72 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
     return p
   }
 
+  /** A token's principal (from memory once verified); 401 with the one message for any token refused. */
+  const authenticateToken = async (req: FastifyRequest, token: string): Promise<Principal> => {
+    const p = await deps.credentials.authenticate(token)
+    if (!p) throw new ApiError('unauthorized', TOKEN_REFUSED)
+    req.principal = p
+    return p
+  }
+
+  /**
+   * API.md §18: a browser on another origin (its `Origin` names another host than the request's) is
+   * let in only from an origin AGENTD_CORS_ORIGINS lists and its tenant's list, if it has one, too.
+   * With neither configured, browsers' own rules apply (no preflight is answered).
+   */
+  const checkOrigin = async (req: FastifyRequest, p: Principal): Promise<void> => {
+    const origin = req.headers.origin
+    if (typeof origin !== 'string' || isSameOrigin(origin, req.headers.host)) return
+    const global = deps.config.corsOrigins
+    const own = (await deps.credentials.access(p.tenantId))?.cors?.origins
+    if (!global.length && !own) return
+    if (!global.includes(origin) || (own && !own.includes(origin))) throw new ApiError('forbidden', `requests from origin ${origin} are not allowed for this tenant`)
+  }
+
+  /**
+   * The owners of sessions tokens met, by tenant and id with the session's key: a session's owner never
+   * changes, and a deleted and recreated id has another key, so a delivery to a session this process
+   * drives can be let through without a read (the token fast path, below).
+   */
+  const owners = new Map<string, { key: string; owner: string | null }>()
+
+  /** A token on a session route: the session, when the token reaches it; else 404 as another tenant's. */
+  const loadReached = async (req: FastifyRequest, p: Principal, sessionId: string): Promise<void> => {
+    const row = await getSession(deps.db, p.tenantId, sessionId, { inbox: req.routeOptions.config.inbox === true })
+    if (row) {
+      if (owners.size >= PrincipalCache.MAX) owners.delete(owners.keys().next().value!)
+      owners.set(`${p.tenantId}:${sessionId}`, { key: row.key, owner: row.owner })
+    }
+    req.preloadedSession = row && reaches(p.grant!, row) ? row : null
+  }
+
+  /**
+   * Whether a token's delivery to session `id` may go without reading the session (as a known key's
+   * does, intake.deliverLocal): this process drives it, and the token reaches it by what memory holds.
+   */
+  const reachesLocally = (p: Principal, sessionId: string): boolean => {
+    const g = p.grant!
+    const key = deps.intake.localKey(sessionId, p.tenantId)
+    if (key === undefined || g.agents || (g.sessions && !g.sessions.includes(sessionId))) return false
+    if (g.subject === undefined) return true
+    const known = owners.get(`${p.tenantId}:${sessionId}`)
+    return known?.key === key && known.owner === g.subject
+  }
+
+  // a token limited to sessions or agents creates only those it lists (its body is read by now)
+  scope.addHook('preValidation', async (req) => {
+    const g = req.principal?.grant
+    if (!g || !req.routeOptions.config.createsSession) return
+    const body = (req.body ?? {}) as { id?: unknown; agent?: unknown }
+    if (g.sessions && !(typeof body.id === 'string' && g.sessions.includes(body.id))) throw new ApiError('forbidden', 'this token creates only the sessions it lists: give one of them as id')
+    const agent = typeof body.agent === 'string' ? body.agent.split('@')[0] : undefined
+    if (g.agents && !(agent !== undefined && g.agents.includes(agent))) throw new ApiError('forbidden', 'this token creates only sessions of the agents it lists: give one of them as agent')
+  })
+
   scope.addHook('onRoute', (r) => {
-    r.config = Object.assign(r.config ?? {}, { auth: r.config?.auth ?? 'tenant' })
+    const methods = Array.isArray(r.method) ? r.method : [r.method]
+    const reads = methods.every((m) => m === 'GET' || m === 'HEAD')
+    r.config = Object.assign(r.config ?? {}, { auth: r.config?.auth ?? 'tenant', access: r.config?.access ?? (reads ? 'read' : 'write') })
   })
   scope.addHook('onRequest', async (req) => {
     if (req.is404) return
@@ -145,25 +262,44 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
     }
     if (facts.auth !== 'tenant') return
     const token = bearer(req, facts.queryToken === true)
-    if (!token) throw new ApiError('unauthorized', 'an API key is required: Authorization: Bearer <key>')
-    const id = facts.inbox ? PrincipalCache.id(token) : ''
-    // a delivery to a session this process drives, by a key it knows: nothing is read now; the
-    // delivery confirms the key in its own statement, and any other answer reads the key first
-    const sessionId = (req.params as { id?: unknown } | undefined)?.id
-    const known = facts.inbox && typeof sessionId === 'string' ? cache.get(id) : undefined
+    if (!token) throw new ApiError('unauthorized', 'an API key or a token is required: Authorization: Bearer <credential>')
+    const params = req.params as Record<string, unknown> | undefined
+    const sessionId = facts.session && typeof params?.id === 'string' ? params.id : undefined
     let p: Principal
-    if (known && deps.intake.drivesLocally(sessionId as string, known.tenantId)) {
-      p = req.principal = known
-      req.deferredKey = {
-        keyId: known.keyId,
-        confirm: async () => {
-          req.deferredKey = undefined
-          req.principal = undefined
-          await authenticate(req, token, id)
-          if (req.preloadedSession === null) throw sessionNotFound(sessionId as string)
-        },
-      }
-    } else p = await authenticate(req, token, id)
+    if (!tenants.isKeyShaped(token)) {
+      p = await authenticateToken(req, token)
+      await checkOrigin(req, p)
+      const refusal = tokenRefusal(p.grant, facts, params)
+      if (refusal) throw refusal
+      if (sessionId !== undefined && facts.inbox && reachesLocally(p, sessionId)) {
+        // nothing is read now: the delivery goes in one statement; any other answer loads the session first
+        req.deferredKey = {
+          confirm: async () => {
+            req.deferredKey = undefined
+            await loadReached(req, p, sessionId)
+            if (req.preloadedSession === null) throw sessionNotFound(sessionId)
+          },
+        }
+      } else if (sessionId !== undefined) await loadReached(req, p, sessionId)
+    } else {
+      const id = facts.inbox ? PrincipalCache.id(token) : ''
+      // a delivery to a session this process drives, by a key it knows: nothing is read now; the
+      // delivery confirms the key in its own statement, and any other answer reads the key first
+      const known = facts.inbox && sessionId !== undefined ? cache.get(id) : undefined
+      if (known && deps.intake.drivesLocally(sessionId!, known.tenantId)) {
+        p = req.principal = known
+        req.deferredKey = {
+          keyId: known.keyId,
+          confirm: async () => {
+            req.deferredKey = undefined
+            req.principal = undefined
+            await authenticate(req, token, id)
+            if (req.preloadedSession === null) throw sessionNotFound(sessionId!)
+          },
+        }
+      } else p = await authenticate(req, token, id)
+      await checkOrigin(req, p)
+    }
     if (!facts.unlimited) {
       const wait = limiter.take(p)
       if (wait) throw new ApiError('rate-limited', p.requestsPerMin === undefined ? 'too many requests for this API key' : "too many requests for this tenant's keys (requestsPerMin)", undefined, { 'retry-after': String(wait) })

@@ -4,6 +4,7 @@
 import type { Logger } from 'pino'
 import type { Config } from '../config.js'
 import type { Agents, Intake, Sessions } from '../agent/index.js'
+import type { Credentials } from '../credentials/index.js'
 import type { Feeds, LiveFrame } from '../bus/index.js'
 import type { Metrics } from '../metrics.js'
 import type { Db, Principal, SessionRow } from '../store/index.js'
@@ -28,6 +29,8 @@ export interface HttpDeps {
   secrets: Secrets
   /** the tenant's webhooks (API.md §14) */
   webhooks?: WebhookService
+  /** tokens, identity providers and origins (API.md §18) */
+  credentials: Credentials
   /** the in-flight attempt's snapshot frame for late subscribers (API.md §6), if any */
   snapshot(sessionKey: string): LiveFrame | undefined
   /** the driver side: manual compaction, deletion, fork checks */
@@ -56,7 +59,18 @@ export interface RouteFacts {
   queryToken?: boolean
   /** exempt from the per-key rate limit (API.md §1: streams) */
   unlimited?: boolean
-  /** `:id` is a session of the caller's tenant, loaded into req.session before validation (404 otherwise) */
+  /**
+   * the scope a token needs (API.md §18): `read` (GET routes and streams) or `write` (input, answers,
+   * cancel, creating and changing sessions); set by the scope from the method unless the route says
+   */
+  access?: 'read' | 'write'
+  /** a tenant key only: a token is 403 (API.md §18: minting tokens, and the tenant's secrets, webhooks and usage) */
+  keyOnly?: boolean
+  /** the path parameter naming the agent the route is bound to (API.md §17): a token limited to agents must list it */
+  agent?: string
+  /** the route creates a session from its body's id and agent: a token limited to sessions or agents must list them */
+  createsSession?: boolean
+  /** `:id` is a session the caller reaches (its tenant's; a token's own, API.md §18), loaded into req.session before validation (404 otherwise) */
   session?: boolean
   /** with `session`: the session's pending input is read with it, for the delivery to plan on (intake.ts) */
   inbox?: boolean
@@ -81,9 +95,10 @@ declare module 'fastify' {
     preloadedSession?: SessionRow | null
     /**
      * set when the auth hook took the principal from its cache for a delivery to a session this
-     * process drives (auth.ts): the delivery confirms the key in its statement; `confirm` reads the key
-     * and the session as the hook would have, before any other answer
+     * process drives (auth.ts): the delivery confirms the key in its statement (a token's, verified
+     * already, needs none: keyId undefined); `confirm` reads the key and the session as the hook would
+     * have, before any other answer
      */
-    deferredKey?: { keyId: string; confirm(): Promise<void> }
+    deferredKey?: { keyId?: string; confirm(): Promise<void> }
   }
 }

@@ -8,7 +8,7 @@ import { parseAfter } from './feed.js'
 import { sessionOf } from './session.js'
 import * as S from './schemas.js'
 
-const err = { 400: S.ErrorBody, 401: S.ErrorBody, 404: S.ErrorBody }
+const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody }
 
 export async function eventRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
   app.get('/sessions/:id/events', { config: { session: true }, schema: { operationId: 'listEvents', summary: 'Durable events after a seq', params: S.SessionParams, querystring: S.EventsQuery, response: { 200: S.EventsPage, ...err } } }, async (req, reply) => {

@@ -8,7 +8,7 @@ import type { HttpDeps } from './deps.js'
 import { confirmKey, sessionOf } from './session.js'
 import * as S from './schemas.js'
 
-const err = { 400: S.ErrorBody, 401: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
+const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 const json = (o: unknown) => JSON.stringify(o)
 
 export async function inboxRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {

@@ -52,7 +52,9 @@ export function openapiDocument(routes: RouteDoc[], version: string): Record<str
     if (!Object.keys(responses).length) responses['200'] = { description: 'OK' }
     if (method === 'delete' && !responses['204']) responses['204'] = { description: 'No content' }
     op.responses = responses
-    op.security = facts.auth === 'admin' ? [{ adminToken: [] }] : facts.auth === 'tenant' ? [{ apiKey: [] }] : []
+    // a tenant route takes the tenant's key, or a token with the scope it needs (API.md §18; OpenAPI
+    // 3.1 lets a bearer requirement name roles) unless it is the tenant's own business
+    op.security = facts.auth === 'admin' ? [{ adminToken: [] }] : facts.auth === 'tenant' ? (facts.keyOnly ? [{ apiKey: [] }] : [{ apiKey: [] }, { token: [facts.access ?? 'write'] }]) : []
     if (facts.session) op.tags = ['sessions']
     paths[path] = { ...(paths[path] ?? {}), [method]: op }
   }
@@ -61,7 +63,7 @@ export function openapiDocument(routes: RouteDoc[], version: string): Record<str
   return {
     openapi: '3.1.0',
     info: { title: 'agentd', version, description: 'A multi-tenant agent server: durable session logs, live streams over SSE and WebSocket.' },
-    components: { schemas, securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' }, adminToken: { type: 'http', scheme: 'bearer' } } },
+    components: { schemas, securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' }, token: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' }, adminToken: { type: 'http', scheme: 'bearer' } } },
     paths: sorted,
   }
 }

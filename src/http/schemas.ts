@@ -203,7 +203,7 @@ export const SessionObject = Type.Object({
   usage: Usage,
   lastTurn: Type.Union([LastTurn, Type.Null()], { description: 'null before the first turn ends' }),
   agent: Type.Union([AgentRef, Type.Null()], { description: 'the agent version the session was made from (§16), null for a session made inline' }),
-  owner: Type.Union([Type.String(), Type.Null()], { description: 'the subject that created the session (§18), or null' }),
+  owner: Type.Union([Type.String(), Type.Null()], { description: 'the subject that created it (a token\'s subject or an end user), null when a tenant key or a token without subject did' }),
   settings: SessionSettings,
 })
 
@@ -268,8 +268,33 @@ export const LimitsPatch = Type.Object(
   { maxRunningSessions: orNull(LIMITS.maxRunningSessions), tokensPerDay: orNull(LIMITS.tokensPerDay), costUsdPerMonth: orNull(LIMITS.costUsdPerMonth), requestsPerMin: orNull(LIMITS.requestsPerMin) },
   { additionalProperties: false, description: 'limits to set; null removes one, an absent one stays as it is' },
 )
-export const PatchTenantBody = Type.Object({ limits: LimitsPatch }, { additionalProperties: false })
-export const TenantWithLimits = Type.Object({ id: Type.String(), name: Type.String(), limits: Limits })
+// API.md §18: a tenant's identity provider and origins
+const Url = Type.String({ minLength: 1, maxLength: 2048 })
+export const TenantAuthBody = Type.Object(
+  {
+    issuer: Type.String({ minLength: 1, maxLength: 2048, description: "the tokens' iss" }),
+    audience: Type.String({ minLength: 1, maxLength: 2048, description: 'an aud the tokens carry' }),
+    jwksUrl: { ...Url, description: "the provider's JSON Web Key Set; fetched through the address guard of http tools (AGENTD_TOOL_HOSTS)" },
+    subjectClaim: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'the claim naming the end user (default sub)' })),
+  },
+  { additionalProperties: false, description: "the tenant's own identity provider, whose end-user tokens are accepted" },
+)
+export const TenantAuth = Type.Object({ issuer: Type.String(), audience: Type.String(), jwksUrl: Type.String(), subjectClaim: Type.String() })
+export const TenantCors = Type.Object(
+  { origins: Type.Array(Type.String({ minLength: 1, maxLength: 2048, description: 'an origin, e.g. https://app.example.com' }), { maxItems: 100 }) },
+  { additionalProperties: false, description: 'origins whose browsers may call with this tenant\'s credentials; only those AGENTD_CORS_ORIGINS lists too get an answer to their preflights' },
+)
+export const PatchTenantBody = Type.Object(
+  { limits: Type.Optional(LimitsPatch), auth: Type.Optional(Type.Union([TenantAuthBody, Type.Null()])), cors: Type.Optional(Type.Union([TenantCors, Type.Null()])) },
+  { additionalProperties: false, minProperties: 1, description: 'null removes the identity provider or the origins' },
+)
+export const TenantWithLimits = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  limits: Limits,
+  auth: Type.Union([TenantAuth, Type.Null()], { description: 'null: only agentd\'s own tokens and the tenant\'s keys' }),
+  cors: Type.Union([TenantCors, Type.Null()], { description: 'null: the origins of AGENTD_CORS_ORIGINS' }),
+})
 export const TenantLimitsAnswer = Type.Object({ tenant: TenantWithLimits })
 export const TenantParams = Type.Object({ tenantId: Type.String({ minLength: 1, maxLength: 200 }) })
 
@@ -300,6 +325,22 @@ export const SecretParams = Type.Object({ name: SecretName })
 export const PutSecretBody = Type.Object({ value: Type.String({ maxLength: 16384, description: 'at most 16 KiB; stored encrypted, never shown again' }) }, { additionalProperties: false })
 export const SecretInfo = Type.Object({ name: Type.String(), createdAt: Type.String({ format: 'date-time' }), updatedAt: Type.String({ format: 'date-time' }) })
 export const SecretList = Type.Object({ secrets: Type.Array(SecretInfo) })
+
+// API.md §18: tokens
+const SessionIdRef = Id
+const AgentIdRef = Type.String({ pattern: '^[A-Za-z0-9_.-]{1,64}$' })
+export const TokenBody = Type.Object(
+  {
+    subject: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'the end user: owns the sessions it creates and reaches only those' })),
+    sessions: Type.Optional(Type.Array(SessionIdRef, { minItems: 1, maxItems: 100, description: 'the only sessions the token reaches (and may create)' })),
+    agents: Type.Optional(Type.Array(AgentIdRef, { minItems: 1, maxItems: 100, description: 'the only agents whose sessions the token reaches (and may create)' })),
+    scopes: Type.Array(Type.Union([Type.Literal('read'), Type.Literal('write')]), { minItems: 1, maxItems: 2, uniqueItems: true, description: 'read: GET routes and streams; write: input, tool results, approvals, cancel, creating and changing sessions' }),
+    ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 86400, description: 'default 900' })),
+  },
+  { additionalProperties: false },
+)
+export const TokenAnswer = Type.Object({ token: Type.String({ description: 'a JWT signed with EdDSA; send it as Authorization: Bearer, or ?access_token= on streams' }), expiresAt: Type.String({ format: 'date-time', description: 'refused from this time on' }) })
+export const Jwks = Type.Object({ keys: Type.Array(Type.Object({}, { additionalProperties: true, description: 'a public JWK: kty OKP, crv Ed25519, x, kid, alg EdDSA, use sig' })) })
 
 export const ErrorCode = Type.Union(ERROR_CODES.map((c) => Type.Literal(c)), { description: 'API.md §10' })
 export const ErrorDetail = Type.Object({ path: Type.String(), message: Type.String() })
@@ -364,7 +405,13 @@ export const COMPONENTS: Record<string, TSchema> = {
   Limits,
   LimitsPatch,
   PatchTenantBody,
+  TenantAuthBody,
+  TenantAuth,
+  TenantCors,
   TenantWithLimits,
+  TokenBody,
+  TokenAnswer,
+  Jwks,
   TenantLimitsAnswer,
   UsageRow,
   UsageAnswer,

@@ -7,21 +7,24 @@ import { decodeCursor, deleteSession, getSession, listSessions, patchSession } f
 import { assertLosslessJson, type JsonObject } from '../session/index.js'
 import type { HttpDeps } from './deps.js'
 import { pageQuery } from './paging.js'
+import { sessionFilter } from './auth.js'
 import { sessionOf } from './session.js'
 import * as S from './schemas.js'
 
-const err = { 400: S.ErrorBody, 401: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
+const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 const json = (o: unknown) => JSON.stringify(o)
 
 export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
-  app.post('/sessions', { config: { optionalBody: true }, schema: { operationId: 'createSession', summary: 'Create a session', body: S.CreateSessionBody, response: { 200: S.SessionObject, 201: S.SessionObject, 422: S.ErrorBody, ...err } } }, async (req, reply) => {
-    const { row, created } = await deps.sessions.create(req.principal!.tenantId, req.body as never)
+  app.post('/sessions', { config: { optionalBody: true, createsSession: true }, schema: { operationId: 'createSession', summary: 'Create a session', body: S.CreateSessionBody, response: { 200: S.SessionObject, 201: S.SessionObject, 422: S.ErrorBody, ...err } } }, async (req, reply) => {
+    const { row, created } = await deps.sessions.create(req.principal!.tenantId, req.body as never, req.principal!.grant?.subject ?? null)
     return reply.code(created ? 201 : 200).type('application/json').send(json(sessionObject(row)))
   })
 
   app.get('/sessions', { schema: { operationId: 'listSessions', summary: 'List sessions, newest activity first', querystring: S.ListQuery, response: { 200: S.SessionList, ...err } } }, async (req, reply) => {
     const { limit, cursor } = pageQuery(req.query, decodeCursor)
-    const page = await listSessions(deps.db, req.principal!.tenantId, limit, cursor)
+    // API.md §18: a token lists only what it reaches
+    const filter = sessionFilter(req.principal!)
+    const page = filter ? await listSessions(deps.db, req.principal!.tenantId, limit, cursor, filter) : { sessions: [], nextCursor: null }
     return reply.type('application/json').send(json({ sessions: page.sessions.map(sessionObject), nextCursor: page.nextCursor }))
   })
 

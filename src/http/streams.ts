@@ -7,6 +7,7 @@ import { badRequest, sessionNotFound } from '../errors.js'
 import { getSessionByKey } from '../store/index.js'
 import { bodyHash, toUserMessage, type DeliveryRoute } from '../agent/index.js'
 import type { HttpDeps } from './deps.js'
+import { requireAccess } from './auth.js'
 import { toApiError } from './errors.js'
 import { batch, parseAfter, SLOW_CONSUMER, sseDurable, sseLive, subscribe, wsDurable, wsLive, type Subscription, type Transport } from './feed.js'
 import { sessionOf } from './session.js'
@@ -27,9 +28,12 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
   app.get('/sessions/:id/stream', { config: { ...facts, eventStream: true }, schema: { operationId: 'streamSession', summary: 'Server-Sent Events: durable events from a seq, then live frames', params: S.SessionParams, querystring: S.StreamQuery } }, async (req, reply) => {
     const lastEventId = req.headers['last-event-id']
     const after = parseAfter(typeof lastEventId === 'string' ? lastEventId.trim() : undefined, 'headers.last-event-id') ?? parseAfter((req.query as { after?: string }).after, 'querystring.after') ?? -1
+    // the headers hooks set (CORS, API.md §18) go out with the raw answer the stream writes itself
+    const hooked = reply.getHeaders() as Record<string, string | number | string[]>
     reply.hijack()
     const res = reply.raw
     res.writeHead(200, {
+      ...hooked,
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache, no-transform',
       connection: 'keep-alive',
@@ -143,6 +147,8 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
           throw badRequest('a message must be JSON')
         }
         if (!msg || typeof msg !== 'object' || Array.isArray(msg)) throw badRequest('a message must be a JSON object')
+        // every op is input or a cancel: a read-only token watches but may not send (API.md §18)
+        requireAccess(req, 'write')
         const key = sessionOf(req).key
         const row = await getSessionByKey(deps.db, key)
         if (!row) throw sessionNotFound(sessionOf(req).id)

@@ -8,7 +8,7 @@ import type { HttpDeps } from './deps.js'
 import { sessionOf } from './session.js'
 import * as S from './schemas.js'
 
-const err = { 400: S.ErrorBody, 401: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
+const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 
 export async function toolRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
   app.get('/sessions/:id/pending', { config: { session: true }, schema: { operationId: 'listPending', summary: 'Tool calls waiting for a client or an approver', params: S.SessionParams, response: { 200: S.PendingAnswer, ...err } } }, async (req, reply) => {

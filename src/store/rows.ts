@@ -40,6 +40,8 @@ export interface SessionRow extends SessionSpec {
   lastTurn: LastTurn | null
   /** SPEC §19: the crash-interrupted turn a continuation is owed for, null when none (migration 0006) */
   continueTurn: number | null
+  /** API.md §18: the subject that created it, null when a key or a token without subject did */
+  owner: string | null
   /**
    * the pending input as the row was read, only where the reader asked for it (a delivery route's
    * authentication): intake plans its first, optimistic attempt on it
@@ -49,7 +51,7 @@ export interface SessionRow extends SessionSpec {
 
 export const COLUMNS = `key, tenant_id, id, title, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at,
   next_seq, last_time, updated_at, open_turn, run_state, cancel_pending, wake_latched, lease_owner, lease_token, lease_expires_at,
-  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, last_turn, continue_turn, mcp_servers, agent_id, agent_version`
+  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, last_turn, continue_turn, mcp_servers, agent_id, agent_version, owner`
 
 export type Raw = Record<string, unknown>
 
@@ -87,6 +89,7 @@ export function toRow(r: Raw): SessionRow {
     lastTurn: r.last_turn ? (JSON.parse(r.last_turn as string) as LastTurn) : null,
     continueTurn: (r.continue_turn as number | null) ?? null,
     agent: r.agent_id ? { id: r.agent_id as string, version: r.agent_version as number } : null,
+    owner: (r.owner as string | null) ?? null,
   }
   if (r.max_tokens !== null && r.max_tokens !== undefined) row.maxTokens = r.max_tokens as number
   if (r.reasoning_effort !== null && r.reasoning_effort !== undefined) row.reasoningEffort = r.reasoning_effort as string

@@ -15,23 +15,29 @@ export interface NewSession extends SessionSpec {
   id: string
   createHash: string
   createdAt: number
+  /** API.md §18: the subject creating it, if any */
+  owner?: string | null
 }
 
 /** Inserts a session; returns null when the (tenant, id) pair exists already. */
 export async function insertSession(db: Queryable, s: NewSession): Promise<SessionRow | null> {
   const { rows } = await db.query<Raw>(
-    `INSERT INTO sessions (key, tenant_id, id, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at, updated_at, mcp_servers, agent_id, agent_version)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14)
+    `INSERT INTO sessions (key, tenant_id, id, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at, updated_at, mcp_servers, agent_id, agent_version, owner)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14, $15)
      ON CONFLICT (tenant_id, id) DO NOTHING
      RETURNING ${COLUMNS}`,
-    [s.key, s.tenantId, s.id, s.model, s.system, JSON.stringify(s.tools), s.maxTokens ?? null, s.reasoningEffort ?? null, JSON.stringify(s.metadata), s.createHash, s.createdAt, JSON.stringify(s.mcpServers ?? []), s.agent?.id ?? null, s.agent?.version ?? null],
+    [s.key, s.tenantId, s.id, s.model, s.system, JSON.stringify(s.tools), s.maxTokens ?? null, s.reasoningEffort ?? null, JSON.stringify(s.metadata), s.createHash, s.createdAt, JSON.stringify(s.mcpServers ?? []), s.agent?.id ?? null, s.agent?.version ?? null, s.owner ?? null],
   )
   return rows[0] ? toRow(rows[0]) : null
 }
 
-export async function getSession(db: Queryable, tenantId: string, id: string): Promise<SessionRow | undefined> {
-  const { rows } = await db.query<Raw>(`SELECT ${COLUMNS} FROM sessions WHERE tenant_id = $1 AND id = $2`, [tenantId, id])
-  return rows[0] ? toRow(rows[0]) : undefined
+/** A tenant's session by id; with `inbox`, its pending input too (for a delivery to plan on, as authentication reads it). */
+export async function getSession(db: Queryable, tenantId: string, id: string, o: { inbox?: boolean } = {}): Promise<SessionRow | undefined> {
+  const { rows } = await db.query<Raw>(`SELECT ${COLUMNS}${o.inbox ? ', inbox' : ''} FROM sessions WHERE tenant_id = $1 AND id = $2`, [tenantId, id])
+  if (!rows[0]) return undefined
+  const row = toRow(rows[0])
+  if (o.inbox) row.inbox = JSON.parse(rows[0].inbox as string) as Inbox
+  return row
 }
 
 export async function getSessionByKey(db: Queryable, key: string): Promise<SessionRow | undefined> {
@@ -112,13 +118,27 @@ export function decodeCursor(c: string): { updatedAt: number; key: string } | nu
   return m ? { updatedAt: Number(m[1]), key: m[2] } : null
 }
 
+/** Which of a tenant's sessions a list shows (API.md §18): those a subject owns, those named. */
+export interface SessionFilter {
+  owner?: string
+  ids?: readonly string[]
+}
+
 /** Newest activity first (updated_at, then key), keyset-paged. */
-export async function listSessions(db: Queryable, tenantId: string, limit: number, cursor?: { updatedAt: number; key: string }): Promise<ListPage> {
+export async function listSessions(db: Queryable, tenantId: string, limit: number, cursor?: { updatedAt: number; key: string }, filter: SessionFilter = {}): Promise<ListPage> {
   const params: unknown[] = [tenantId, limit + 1]
   let where = 'tenant_id = $1'
   if (cursor) {
     params.push(cursor.updatedAt, cursor.key)
     where += ' AND (updated_at, key) < ($3, $4::uuid)'
+  }
+  if (filter.owner !== undefined) {
+    params.push(filter.owner)
+    where += ` AND owner = $${params.length}`
+  }
+  if (filter.ids !== undefined) {
+    params.push([...filter.ids])
+    where += ` AND id = ANY($${params.length}::text[])`
   }
   const { rows } = await db.query<Raw>(`SELECT ${COLUMNS} FROM sessions WHERE ${where} ORDER BY updated_at DESC, key DESC LIMIT $2`, params)
   const list = rows.map(toRow)

@@ -13,9 +13,40 @@ export interface Tenant {
 
 export interface Principal {
   tenantId: string
-  keyId: string
+  /** the tenant API key's id; absent for a token (API.md §18) */
+  keyId?: string
   /** the tenant's limit on requests per minute (API.md §15), shared by its keys */
   requestsPerMin?: number
+  /** what a token allows (API.md §18); absent for a tenant key, which may do anything its tenant may */
+  grant?: Grant
+}
+
+export type Scope = 'read' | 'write'
+
+/** A token's rights (API.md §18): its scopes, its subject and the sessions and agents it is limited to. */
+export interface Grant {
+  scopes: readonly Scope[]
+  /** owns the sessions it creates, and reaches only those */
+  subject?: string
+  sessions?: readonly string[]
+  agents?: readonly string[]
+  /** epoch ms from which the token is refused */
+  expiresAt: number
+  /** what the rate limiter counts it as: its subject, else the token */
+  bucket: string
+}
+
+/** A tenant's own identity provider (API.md §18): end-user tokens it signs are accepted. */
+export interface TenantAuth {
+  issuer: string
+  audience: string
+  jwksUrl: string
+  subjectClaim: string
+}
+
+/** The origins a tenant's browsers may call from (API.md §18), narrowing AGENTD_CORS_ORIGINS. */
+export interface TenantCors {
+  origins: string[]
 }
 
 /** A tenant's limits (API.md §15); an absent one is no limit. */
@@ -33,15 +64,29 @@ const LIMIT_COLUMNS: Record<keyof TenantLimits, string> = {
   requestsPerMin: 'requests_per_min',
 }
 
-const TENANT = `id, name, ${Object.values(LIMIT_COLUMNS).join(', ')}`
+const ACCESS = 'auth_issuer, auth_audience, auth_jwks_url, auth_subject_claim, cors_origins'
+const TENANT = `id, name, ${Object.values(LIMIT_COLUMNS).join(', ')}, ${ACCESS}`
 
-function toTenant(r: Record<string, unknown>): Tenant & { limits: TenantLimits } {
+/** A tenant as the admin routes show it: its limits (API.md §15), identity provider and origins (§18). */
+export type TenantRecord = Tenant & { limits: TenantLimits; auth: TenantAuth | null; cors: TenantCors | null }
+
+function authOf(r: Record<string, unknown>): TenantAuth | null {
+  if (r.auth_issuer === null || r.auth_issuer === undefined) return null
+  return { issuer: r.auth_issuer as string, audience: r.auth_audience as string, jwksUrl: r.auth_jwks_url as string, subjectClaim: r.auth_subject_claim as string }
+}
+
+const corsOf = (r: Record<string, unknown>): TenantCors | null => (typeof r.cors_origins === 'string' ? { origins: JSON.parse(r.cors_origins) as string[] } : null)
+
+function toTenant(r: Record<string, unknown>): TenantRecord {
   const limits: TenantLimits = {}
   for (const [k, col] of Object.entries(LIMIT_COLUMNS) as Array<[keyof TenantLimits, string]>) if (r[col] !== null && r[col] !== undefined) limits[k] = Number(r[col])
-  return { id: r.id as string, name: r.name as string, limits }
+  return { id: r.id as string, name: r.name as string, limits, auth: authOf(r), cors: corsOf(r) }
 }
 
 const KEY_RE = /^agd_([0-9a-f]{12})_([0-9A-Za-z_-]{43})$/
+
+/** Whether a bearer credential is shaped like a tenant API key (anything else may be a token, API.md §18). */
+export const isKeyShaped = (s: string): boolean => s.startsWith('agd_')
 
 const sha256 = (s: string) => crypto.createHash('sha256').update(s).digest()
 
@@ -63,13 +108,13 @@ export async function tenantExists(db: Queryable, tenantId: string): Promise<boo
   return rows.length > 0
 }
 
-export async function getTenant(db: Queryable, tenantId: string): Promise<(Tenant & { limits: TenantLimits }) | undefined> {
+export async function getTenant(db: Queryable, tenantId: string): Promise<TenantRecord | undefined> {
   const { rows } = await db.query<Record<string, unknown>>(`SELECT ${TENANT} FROM tenants WHERE id = $1`, [tenantId])
   return rows[0] ? toTenant(rows[0]) : undefined
 }
 
 /** Sets the given limits (null removes one) in one statement; undefined for an unknown tenant. */
-export async function updateLimits(db: Queryable, tenantId: string, patch: { [K in keyof TenantLimits]?: number | null }): Promise<(Tenant & { limits: TenantLimits }) | undefined> {
+export async function updateLimits(db: Queryable, tenantId: string, patch: { [K in keyof TenantLimits]?: number | null }): Promise<TenantRecord | undefined> {
   const params: unknown[] = [tenantId]
   const sets = (Object.keys(patch) as Array<keyof TenantLimits>).filter((k) => patch[k] !== undefined).map((k) => {
     params.push(patch[k])
@@ -77,6 +122,55 @@ export async function updateLimits(db: Queryable, tenantId: string, patch: { [K 
   })
   const { rows } = await db.query<Record<string, unknown>>(sets.length ? `UPDATE tenants SET ${sets.join(', ')} WHERE id = $1 RETURNING ${TENANT}` : `SELECT ${TENANT} FROM tenants WHERE id = $1`, params)
   return rows[0] ? toTenant(rows[0]) : undefined
+}
+
+/**
+ * Sets a tenant's identity provider and origins (null removes one, undefined leaves it) in one
+ * statement; undefined for an unknown tenant. An issuer and audience another tenant has already is a
+ * unique violation (SQLSTATE 23505), which the caller answers.
+ */
+export async function updateAccess(db: Queryable, tenantId: string, patch: { auth?: TenantAuth | null; cors?: TenantCors | null }): Promise<TenantRecord | undefined> {
+  const params: unknown[] = [tenantId]
+  const sets: string[] = []
+  const set = (col: string, v: unknown) => {
+    params.push(v)
+    sets.push(`${col} = $${params.length}`)
+  }
+  if (patch.auth !== undefined) {
+    set('auth_issuer', patch.auth?.issuer ?? null)
+    set('auth_audience', patch.auth?.audience ?? null)
+    set('auth_jwks_url', patch.auth?.jwksUrl ?? null)
+    set('auth_subject_claim', patch.auth?.subjectClaim ?? null)
+  }
+  if (patch.cors !== undefined) set('cors_origins', patch.cors ? JSON.stringify(patch.cors.origins) : null)
+  const { rows } = await db.query<Record<string, unknown>>(sets.length ? `UPDATE tenants SET ${sets.join(', ')} WHERE id = $1 RETURNING ${TENANT}` : `SELECT ${TENANT} FROM tenants WHERE id = $1`, params)
+  return rows[0] ? toTenant(rows[0]) : undefined
+}
+
+/** What authenticating a token of a tenant needs to know of it (API.md §15, §18). */
+export interface TenantAccess {
+  tenantId: string
+  auth: TenantAuth | null
+  cors: TenantCors | null
+  requestsPerMin?: number
+}
+
+const toAccess = (r: Record<string, unknown>): TenantAccess => {
+  const a: TenantAccess = { tenantId: r.id as string, auth: authOf(r), cors: corsOf(r) }
+  if (r.requests_per_min !== null && r.requests_per_min !== undefined) a.requestsPerMin = Number(r.requests_per_min)
+  return a
+}
+
+/** A tenant's access settings, or undefined when there is no such tenant. */
+export async function tenantAccess(db: Queryable, tenantId: string): Promise<TenantAccess | undefined> {
+  const { rows } = await db.query<Record<string, unknown>>(`SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE id = $1`, [tenantId])
+  return rows[0] ? toAccess(rows[0]) : undefined
+}
+
+/** The tenants whose identity provider has this issuer (one per audience). */
+export async function tenantsByIssuer(db: Queryable, issuer: string): Promise<TenantAccess[]> {
+  const { rows } = await db.query<Record<string, unknown>>(`SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE auth_issuer = $1`, [issuer])
+  return rows.map(toAccess)
 }
 
 export async function countTenants(db: Queryable): Promise<number> {

@@ -3,4 +3,4 @@
 export { Tenancy, type TenancyOptions, type Tenant } from './tenancy.js'
 export type { Limits } from './limits.js'
 export type { Clock } from './clock.js'
-export { Secrets, SECRET_NAME_RE, MAX_SECRET_BYTES, embeddedSecretKey, type Resolved } from './secrets.js'
+export { Secrets, SECRET_NAME_RE, MAX_SECRET_BYTES, embeddedSecretKey, seal, open, type Resolved } from './secrets.js'

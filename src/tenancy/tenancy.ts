@@ -6,7 +6,7 @@ import type { Logger } from 'pino'
 import type { Bus } from '../bus/index.js'
 import type { Metrics } from '../metrics.js'
 import { sumUsage, type LlmFailure, type SessionEvent } from '../session/index.js'
-import { budgetState, tenants, usageReport, type Db, type UsageGroup, type UsageRow } from '../store/index.js'
+import { budgetState, tenants, usageReport, type Db, type TenantRecord, type UsageGroup, type UsageRow } from '../store/index.js'
 import { periodsAt, systemClock, type Clock } from './clock.js'
 import { budgetRefusal, type Limits } from './limits.js'
 import { TenantMetrics } from './metrics.js'
@@ -23,7 +23,8 @@ export interface TenancyOptions {
   clock?: Clock
 }
 
-export type Tenant = { id: string; name: string; limits: Limits }
+/** A tenant with its limits, and its identity provider and origins (API.md §18) */
+export type Tenant = TenantRecord
 
 /** the bus topic of a tenant's limits: setLimits invalidates it in every process */
 const LIMITS_TOPIC = 'tenant-limits:'

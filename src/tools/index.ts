@@ -5,5 +5,6 @@ export { runToolBatch, parseToolArguments, type PrepareDecision, type ToolCallPl
 export { runToolCalls, planToolCalls, callKind, type CallKind, toolResultDraft, errorResult, ABORTED_BEFORE_DISPATCH, type ToolEnv, type ToolEffects, type ToolOutcome, type ToolSpec, type FinishedCall } from './pipeline.js'
 export { callHttpTool, DEFAULT_HTTP_TOOL_TIMEOUT_MS, type HttpToolOutcome } from './http.js'
 export { parseToolHosts, checkToolUrl, guardedLookup, RefusedAddress, type HostPolicy, type Resolver } from './hosts.js'
+export { guardedFetch, type GuardedFetch } from './fetch.js'
 export { McpClients, mcpToolName, MCP_CALL_TIMEOUT_MS, type McpServerSpec, type McpOptions, type McpOutage } from './mcp.js'
 export { SECRET_REF, headerProblem, secretNames, type SecretResolver } from './headers.js'

@@ -5,14 +5,13 @@
 // tools/list_changed, or for 60 s. Every connection goes through the http tools' address guard.
 
 import crypto from 'node:crypto'
-import net from 'node:net'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { ErrorCode, McpError, ToolListChangedNotificationSchema, type Tool } from '@modelcontextprotocol/sdk/types.js'
-import { Agent, fetch as undiciFetch } from 'undici'
 import { assertLosslessJson, errorChain, type ContentBlock, type JsonObject } from '../session/index.js'
 import { MissingSecretError, resolveHeaders, scrub, secretNames, type SecretResolver } from './headers.js'
-import { checkToolUrl, defaultResolver, guardedLookup, RefusedAddress, type HostPolicy, type Resolver } from './hosts.js'
+import { guardedFetch, type GuardedFetch } from './fetch.js'
+import { checkToolUrl, defaultResolver, type HostPolicy, type Resolver } from './hosts.js'
 import type { ToolOutcome, ToolSpec } from './pipeline.js'
 
 /** A session's MCP server as API.md §12 defines it (validated at creation). */
@@ -61,7 +60,7 @@ class Unavailable extends Error {}
 /** One server's connection and tool cache. */
 class Link {
   client?: Client
-  private agent?: Agent
+  private agent?: GuardedFetch
   private connecting?: Promise<Client>
   tools?: Tool[]
   listedAt = 0
@@ -100,19 +99,8 @@ class Link {
     this.secrets = secrets
     const opened = digest(headers)
     const u = new URL(url)
-    const hostname = u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname
-    const port = u.port ? Number(u.port) : u.protocol === 'https:' ? 443 : 80
-    const policy = this.o.policy
-    // every new socket checks the address it connects to; Node skips lookup for IP literals, checked here
-    const agent = new Agent({ connect: { lookup: guardedLookup(policy, hostname, port, this.o.resolve ?? defaultResolver) } })
-    const guardedFetch = (input: string | URL, init?: RequestInit): Promise<Response> => {
-      if (net.isIP(hostname)) {
-        const refused = policy.check(hostname, port, hostname)
-        if (refused) return Promise.reject(new RefusedAddress(refused))
-      }
-      return undiciFetch(input, { ...(init as object), dispatcher: agent } as never) as unknown as Promise<Response>
-    }
-    const transport = new StreamableHTTPClientTransport(u, { requestInit: { headers }, fetch: guardedFetch })
+    const agent = guardedFetch(u, this.o.policy, this.o.resolve ?? defaultResolver)
+    const transport = new StreamableHTTPClientTransport(u, { requestInit: { headers }, fetch: agent.fetch })
     const client = new Client({ name: 'agentd', version: '0.1.0' }, { capabilities: {} })
     client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
       if (this.client === client) this.stale = true
@@ -125,7 +113,7 @@ class Link {
       await client.connect(transport, { signal, timeout: this.o.listTimeoutMs ?? MCP_LIST_TIMEOUT_MS })
     } catch (e) {
       await client.close().catch(() => {})
-      await agent.destroy().catch(() => {})
+      await agent.close()
       throw e
     }
     this.client = client
@@ -155,7 +143,7 @@ class Link {
     this.client = undefined
     this.agent = undefined
     this.stale = true
-    if (agent) void agent.destroy().catch(() => {})
+    if (agent) void agent.close()
   }
 
   /** Drops the connection (a transport failure, a 404 on the session id, release). */
@@ -172,7 +160,7 @@ class Link {
       await Promise.race([t?.terminateSession().catch(() => {}), new Promise((r) => setTimeout(r, 1000).unref())])
     }
     await client.close().catch(() => {})
-    await agent?.destroy().catch(() => {})
+    await agent?.close()
   }
 }
 

@@ -352,7 +352,8 @@ export interface Cluster {
   start(i: number): Promise<Proc>
   /** starts every process that is not running */
   ensureUp(): Promise<void>
-  api<T = any>(i: number, method: string, p: string, body?: unknown): Promise<ApiResult<T>>
+  /** a call to process i with the tenant's key, or with `key` (another credential) */
+  api<T = any>(i: number, method: string, p: string, body?: unknown, key?: string): Promise<ApiResult<T>>
   /** creates a session with a fresh marker in its system prompt */
   createSession(i: number, body?: Record<string, unknown>): Promise<{ id: string; marker: string }>
   events(i: number, id: string): Promise<any[]>

@@ -19,7 +19,7 @@ describe.each(DB_KINDS)('@agentd/client limits and usage on %s', (kind) => {
   })
 
   it('admin.tenant and admin.setLimits: set, read back, remove with null; a bad limit is 400 and changes nothing', async () => {
-    expect(await client.admin.tenant(t.tenantId)).toEqual({ id: t.tenantId, name: 'test', limits: {} })
+    expect(await client.admin.tenant(t.tenantId)).toEqual({ id: t.tenantId, name: 'test', limits: {}, auth: null, cors: null })
     expect((await client.admin.setLimits(t.tenantId, { maxRunningSessions: 3, costUsdPerMonth: 9.5 })).limits).toEqual({ maxRunningSessions: 3, costUsdPerMonth: 9.5 })
     expect((await client.admin.setLimits(t.tenantId, { maxRunningSessions: null, tokensPerDay: 1000 })).limits).toEqual({ costUsdPerMonth: 9.5, tokensPerDay: 1000 })
     const e = await client.admin.setLimits(t.tenantId, { tokensPerDay: -1 }).catch((x) => x)

@@ -1,11 +1,12 @@
 // The fuzz part: requests generated from openapi/openapi.json by fast-check — valid ones first (they
 // create sessions that run turns with http tools), then broken ones (missing, unknown and mistyped
 // fields, huge and deeply nested values, NULs and lone surrogates, bad JSON and content types,
-// garbage path ids and query values, another tenant's key, garbage auth, a body on a route that takes
-// none, JSON strings with CR LF, a raw NUL or `..` in the path, `Connection: close` with the body still
-// on its way). Every answer is checked: a whole answer, no 5xx, §10's shape, tenant isolation, no
-// connection reset (before or after the answer); /healthz stays up; at the end every session log
-// passes the SPEC §15 checker. Routes added to the document are fuzzed without changing this file.
+// garbage path ids and query values, another tenant's key, garbage auth, tokens: real ones with random
+// rights and forged or expired ones with random claims, API.md §18; a body on a route that takes none,
+// JSON strings with CR LF, a raw NUL or `..` in the path, `Connection: close` with the body still on its
+// way). Every answer is checked: a whole answer, no 5xx, §10's shape, tenant and owner isolation, no
+// connection reset (before or after the answer); /healthz stays up; at the end every session log passes
+// the SPEC §15 checker. Routes added to the document are fuzzed without changing this file.
 
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -13,6 +14,8 @@ import http from 'node:http'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import fc from 'fast-check'
+import { decodeProtectedHeader, generateKeyPair, SignJWT, UnsecuredJWT, type CryptoKey } from 'jose'
+import { b64, startIdp, type Idp } from '../helpers/idp.js'
 import { violations as logViolations } from '../helpers/invariants.js'
 import type { SessionEvent } from '../../src/session/index.js'
 import { errorShapeViolation } from './lib/contract.js'
@@ -42,6 +45,40 @@ type Mutation =
   | { kind: 'crlf-string'; raw: boolean }
   | { kind: 'raw-path'; pick: number; text: string }
   | { kind: 'close'; pad: boolean }
+  | { kind: 'token'; pick: number }
+  | { kind: 'forged-token'; form: ForgedForm; claims: Record<string, unknown> }
+
+/** How a token that must be refused is made (API.md §18: each is 401 with the same message). */
+type ForgedForm = 'garbage' | 'none' | 'hs256-public-key' | 'hs256-random' | 'stranger' | 'stranger-known-kid' | 'tampered' | 'expired' | 'idp-wrong-aud' | 'idp-expired' | 'idp-stranger'
+
+const FORGED_FORMS: ForgedForm[] = ['garbage', 'none', 'hs256-public-key', 'hs256-random', 'stranger', 'stranger-known-kid', 'tampered', 'expired', 'idp-wrong-aud', 'idp-expired', 'idp-stranger']
+
+/** A real token the run minted (or its identity provider signed), with the rights it was given. */
+interface Credential {
+  token: string
+  tenant: 'a' | 'b'
+  scopes: string[]
+  subject?: string
+  sessions?: string[]
+}
+
+/** Random claims for forged tokens: every field agentd reads, with right and wrong values. */
+const claimsArb = (tenants: string[]) =>
+  fc.record(
+    {
+      iss: fc.constantFrom('agentd', 'http://127.0.0.1:1/x/', '', 'agentd '),
+      aud: fc.oneof(fc.constantFrom('agentd', 'fuzz-aud', ''), fc.array(fc.constantFrom('agentd', 'fuzz-aud', 'x'), { maxLength: 3 })),
+      tenant: fc.oneof(fc.constantFrom(...tenants), cleanText(10)),
+      scope: fc.constantFrom('read', 'write', 'read write', 'admin', '', 'read  write'),
+      sub: fc.oneof(cleanText(12), fc.constant(''), fc.integer()),
+      sessions: fc.array(cleanText(8), { maxLength: 4 }),
+      exp: fc.integer({ min: -10_000, max: 100_000 }),
+      iat: fc.integer({ min: -100_000, max: 10_000 }),
+      nbf: fc.integer({ min: -1000, max: 1000 }),
+      jti: cleanText(8),
+    },
+    { requiredKeys: [] },
+  )
 
 interface Plan {
   op: number
@@ -58,7 +95,7 @@ const UNSTORABLE = ['\u0000', 'a\u0000b', '\ud800', 'x\udfff', 'end\ud83d', '\ud
 /** a body big enough to be still on its way when an early answer comes */
 const PAD = JSON.stringify({ pad: 'p'.repeat(70_000) })
 
-function planArb(doc: any, ops: Operation[], hints: Hints, broken: boolean): fc.Arbitrary<Plan> {
+function planArb(doc: any, ops: Operation[], hints: Hints, broken: boolean, tenants: string[] = []): fc.Arbitrary<Plan> {
   // what a session does (deliveries, answers, patches) comes up more often than reads and admin
   const weighted = ops.flatMap((o, i) => Array<number>(o.body ? 4 : 1).fill(i))
   return fc.constantFrom(...weighted).chain((i) => {
@@ -82,6 +119,8 @@ function planArb(doc: any, ops: Operation[], hints: Hints, broken: boolean): fc.
       fc.record({ kind: fc.constant('raw-path' as const), pick: fc.nat(), text: fc.constantFrom('\u0000', 'a\u0000b', '..', '../..', '.', 'x/../..') }),
       // the client asks to close, and sends its body (70 KB with pad) once the answer began, as a slower uploader would
       fc.record({ kind: fc.constant('close' as const), pad: fc.boolean() }),
+      fc.record({ kind: fc.constant('token' as const), pick: fc.nat() }),
+      fc.record({ kind: fc.constant('forged-token' as const), form: fc.constantFrom(...FORGED_FORMS), claims: claimsArb(tenants) }),
     ]
     if (!op.body) kinds.push(fc.record({ kind: fc.constant('body-on-bodiless' as const), body: fc.constantFrom('{}', '{"x":1}', '"a\r\nb"', PAD) }))
     if (op.body) {
@@ -98,6 +137,13 @@ function planArb(doc: any, ops: Operation[], hints: Hints, broken: boolean): fc.
     }
     return fc.record({ base, mutation: fc.oneof(...kinds) }).map(({ base: b, mutation }) => ({ ...b, mutation }))
   })
+}
+
+/** Whether a token reaches a session of its tenant (API.md §18): listed, and owned by its subject. */
+function reaches(c: Credential, s: { id: string; owner: string | null }): boolean {
+  if (c.sessions && !c.sessions.includes(s.id)) return false
+  if (c.subject !== undefined && s.owner !== c.subject) return false
+  return true
 }
 
 /** Every place in a JSON value: [path of keys, parent, key]. */
@@ -135,6 +181,10 @@ interface Built {
   expect?: { status: number[]; code?: string; why: string }
   /** the session of tenant a it addresses, if any */
   session?: string
+  /** the real token it carries (API.md §18), whose rights its answer must keep to */
+  credential?: Credential
+  /** a token that must be refused, made before it is sent */
+  forged?: { form: ForgedForm; claims: Record<string, unknown> }
 }
 
 /** Known values learned from answers: session ids of tenant A, and every named string field. */
@@ -210,7 +260,9 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
   let noAnswer = 0
   let resets = 0
   let isolationChecks = 0
+  let isolationBreaches = 0
   let healthChecks = 0
+  let idp: Idp | undefined
   try {
     const admin = { authorization: `Bearer ${target.adminToken}`, 'content-type': 'application/json' }
     const mk = async (name: string) => (await wireRequest(target.url, { method: 'POST', path: '/v1/admin/tenants', headers: admin, body: JSON.stringify({ name }) })).body as { apiKey: string; keyId?: string; tenant: { id: string } }
@@ -232,6 +284,8 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
     }
     const pools = new Pools()
     const theirs = new Pools()
+    /** real tokens with random rights, minted once the valid requests made sessions to name (API.md §18) */
+    const creds: Credential[] = []
     // admin routes aim at a tenant of their own, never at a or b
     const c = await mk('fuzz-admin-target')
     for (const t of [a, b]) for (const v of [t.tenant.id, t.keyId]) if (v) pools.protect.add(v)
@@ -261,6 +315,8 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       if (shape) problems.push(`${where}: ${shape}`)
       if (r.expect && !r.expect.status.includes(ans.status)) problems.push(`${where}: ${r.expect.why}: expected ${r.expect.status.join('|')}, got ${ans.status} ${ans.text.slice(0, 200)}`)
       else if (r.expect?.code && ans.body?.error?.code !== r.expect.code) problems.push(`${where}: ${r.expect.why}: expected code ${r.expect.code}, got ${ans.text.slice(0, 200)}`)
+      if (r.credential && ans.status < 300) for (const breach of breaches(r, ans)) problems.push(`${where}: ${breach}`)
+      if (r.path.startsWith('/v1/tokens') && ans.status === 201 && typeof ans.body?.token === 'string') target.leaks.add('token', ans.body.token)
       // only what tenant a's key got back is a's; ids are per tenant, so b may hold the same id
       if (ans.status === 404 && ans.body?.error?.code === 'session-not-found' && r.session && r.headers.authorization === `Bearer ${a.apiKey}`) pools.forget(r.session)
       if (ans.status < 300 && ans.body && r.headers.authorization === `Bearer ${b.apiKey}`) theirs.learn(ans.body)
@@ -272,6 +328,19 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
         }
       }
       return ans
+    }
+
+    /** A session object a token's answer shows that the token does not reach: an isolation breach. */
+    const breaches = (r: Built, ans: WireAnswer): string[] => {
+      const c = r.credential!
+      const shown: Array<{ id: string; owner: string | null }> = Array.isArray(ans.body?.sessions) ? ans.body.sessions : r.method === 'GET' && /^\/v1\/sessions\/[^/?]+(\?|$)/.test(r.path) && ans.body?.id ? [ans.body] : []
+      const out: string[] = []
+      for (const s of shown) {
+        if (c.tenant === 'b' && pools.sessions.includes(s.id) && !theirs.sessions.includes(s.id)) out.push(`tenant b's token was shown tenant a's session ${s.id}`)
+        else if (c.tenant === 'a' && !reaches(c, s)) out.push(`a token (${JSON.stringify({ subject: c.subject, sessions: c.sessions })}) was shown session ${s.id} of owner ${s.owner}`)
+      }
+      if (out.length) isolationBreaches += out.length
+      return out
     }
 
     const build = (plan: Plan): Built => {
@@ -288,6 +357,8 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       if (op.security === 'apiKey') headers.authorization = `Bearer ${a.apiKey}`
       if (op.security === 'adminToken') headers.authorization = `Bearer ${target.adminToken}`
       let expect: Built['expect']
+      let credential: Credential | undefined
+      let forged: Built['forged']
       let rawPath: string | undefined
       let sendRaw = false
       if (m) {
@@ -390,6 +461,18 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
             headers.connection = 'close'
             if (m.pad) raw = PAD
             break
+          case 'forged-token':
+            forged = { form: m.form, claims: m.claims }
+            if (op.security) expect = { status: [401], code: 'unauthorized', why: `a forged token (${m.form})` }
+            break
+          case 'token': {
+            if (!creds.length) break
+            credential = creds[m.pick % creds.length]
+            headers.authorization = `Bearer ${credential.token}`
+            expect = tokenExpectation(op, credential, values.id, body)
+            if (expect?.code === 'session-not-found') isolationChecks++
+            break
+          }
         }
       }
       // path: each parameter percent-encoded, except garbage meant to arrive as sent
@@ -401,7 +484,23 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       let payload: string | undefined = raw ?? (body === undefined ? undefined : JSON.stringify(body))
       if (payload !== undefined && headers['content-type'] === undefined) headers['content-type'] = 'application/json'
       if (payload !== undefined && !op.body && !m) payload = undefined
-      return { method: op.method, path: rawPath, headers, body: payload, expect, session: fromA ? values.id : undefined, raw: sendRaw }
+      return { method: op.method, path: rawPath, headers, body: payload, expect, session: fromA ? values.id : undefined, raw: sendRaw, credential, forged }
+    }
+
+    /**
+     * What a real token's answer must be (API.md §18): an admin route 401, a key-only route or a scope
+     * it lacks 403, a session of tenant a it does not reach 404 (the sessions of the pools are the
+     * key's, owned by nobody, so a subject reaches none of them), a create outside its sessions 403.
+     */
+    const tokenExpectation = (op: Operation, c: Credential, id: string | undefined, body: unknown): Built['expect'] => {
+      if (op.security === 'adminToken') return { status: [401], code: 'unauthorized', why: 'a token on an admin route' }
+      if (op.security !== 'apiKey') return undefined
+      if (op.tokenScope === null) return { status: [403], code: 'forbidden', why: 'a token on a tenant-key route' }
+      if (!c.scopes.includes(op.tokenScope)) return { status: [403], code: 'forbidden', why: `a token without ${op.tokenScope}` }
+      const ofA = op.session && id !== undefined && pools.sessions.includes(id) && !theirs.sessions.includes(id)
+      if (ofA && !reaches(c, { id, owner: null })) return { status: [404], code: 'session-not-found', why: 'a session the token does not reach' }
+      if (op.method === 'POST' && op.template === '/v1/sessions' && c.sessions && !c.sessions.includes((body as { id?: string } | undefined)?.id as string)) return { status: [403], code: 'forbidden', why: 'a create outside the token\'s sessions' }
+      return undefined
     }
 
     const seed = ctx.seed
@@ -422,15 +521,85 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       await check(i)
     }
     ctx.log(`fuzz: ${sent} valid requests, ${pools.sessions.length} sessions`)
-    const brokenPlans = fc.sample(planArb(doc, ops, hints, true), { seed: seed + 1, numRuns: total - validCount })
+
+    // credentials (API.md §18): real tokens of both tenants with rights drawn from the seed, and an
+    // identity provider of tenant a's whose end users' tokens are real too
+    const rng = fc.sample(fc.nat(), { seed: seed + 2, numRuns: 64 })
+    const mint = async (key: string, body: Record<string, unknown>): Promise<string | undefined> => {
+      const r = await send({ method: 'POST', path: '/v1/tokens', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) }, 'mint a token')
+      if (r.status !== 201) problems.push(`POST /v1/tokens ${JSON.stringify(body)} answered ${r.status} ${r.text.slice(0, 200)}`)
+      return r.status === 201 ? r.body.token : undefined
+    }
+    for (const [i, scopes] of [['read'], ['write'], ['read', 'write']].entries()) {
+      const named = [...new Set([pools.sessions[rng[i] % Math.max(1, pools.sessions.length)], pools.sessions[rng[i + 3] % Math.max(1, pools.sessions.length)], `fuzz-new-${i}`].filter(Boolean))] as string[]
+      for (const rights of [{}, { subject: `fuzz-user-${rng[i + 6] % 2}` }, { sessions: named }, { subject: 'fuzz-user-x', sessions: named }]) {
+        const token = await mint(a.apiKey, { scopes, ttlSeconds: 86400, ...rights })
+        if (token) creds.push({ token, tenant: 'a', scopes, ...rights })
+      }
+    }
+    const theirToken = await mint(b.apiKey, { scopes: ['read', 'write'], ttlSeconds: 86400 })
+    if (theirToken) creds.push({ token: theirToken, tenant: 'b', scopes: ['read', 'write'] })
+    idp = await startIdp('fuzz')
+    const patched = await send({ method: 'PATCH', path: `/v1/admin/tenants/${a.tenant.id}`, headers: admin, body: JSON.stringify({ auth: { issuer: idp.issuer, audience: 'fuzz-aud', jwksUrl: idp.jwksUrl } }) }, 'identity provider of tenant a')
+    if (patched.status !== 200) problems.push(`PATCH of tenant a's identity provider answered ${patched.status}`)
+    for (const sub of ['idp-user-1', 'idp-user-2']) {
+      const token = await idp.sign({ aud: 'fuzz-aud', sub, exp: Math.floor(Date.now() / 1000) + 86400 })
+      target.leaks.add('token', token)
+      creds.push({ token, tenant: 'a', scopes: ['read', 'write'], subject: sub })
+    }
+    // what forged tokens are made of: a real token and key id, the public key, keys nobody trusts, an expired token
+    const real = creds[0]?.token ?? ''
+    const realKid = real ? decodeProtectedHeader(real).kid : 'none'
+    const jwks = (await wireRequest(target.url, { method: 'GET', path: '/.well-known/jwks.json', headers: {} })).body?.keys ?? []
+    const publicJwk = jwks.find((k: { kid: string }) => k.kid === realKid) ?? {}
+    const stranger = (await generateKeyPair('EdDSA')).privateKey as CryptoKey
+    const strangerIdp = await startIdp('stranger')
+    const expired = (await mint(a.apiKey, { scopes: ['read', 'write'], ttlSeconds: 1 })) ?? ''
+    await new Promise((r) => setTimeout(r, 1100))
+    const forge = async (f: { form: ForgedForm; claims: Record<string, unknown> }): Promise<string> => {
+      const now = Math.floor(Date.now() / 1000)
+      const claims: Record<string, unknown> = { ...f.claims }
+      for (const k of ['exp', 'iat', 'nbf']) if (typeof claims[k] === 'number') claims[k] = now + (claims[k] as number)
+      const sign = (alg: string, kid: string | undefined, key: CryptoKey | Uint8Array) => new SignJWT(claims).setProtectedHeader({ alg, ...(kid ? { kid } : {}), typ: 'JWT' }).sign(key)
+      const [h, , sig] = real.split('.')
+      const sub = typeof claims.sub === 'string' && claims.sub ? claims.sub : 'forged-user'
+      switch (f.form) {
+        case 'garbage':
+          return `${b64(f.claims)}.${b64(claims)}.${b64(String(claims.jti ?? 'x'))}`
+        case 'none':
+          return new UnsecuredJWT(claims).encode()
+        case 'hs256-public-key':
+          return sign('HS256', realKid, new TextEncoder().encode(JSON.stringify(publicJwk)))
+        case 'hs256-random':
+          return sign('HS256', realKid, crypto.randomBytes(32))
+        case 'stranger':
+          return sign('EdDSA', `stranger-${claims.jti ?? 'x'}`, stranger)
+        case 'stranger-known-kid':
+          return sign('EdDSA', realKid, stranger)
+        case 'tampered':
+          return `${h}.${b64(claims)}.${sig}`
+        case 'expired':
+          return expired
+        case 'idp-wrong-aud':
+          return idp!.sign({ ...claims, iss: idp!.issuer, aud: 'not-ours', sub, exp: now + 600, nbf: now - 1 })
+        case 'idp-expired':
+          return idp!.sign({ ...claims, iss: idp!.issuer, aud: 'fuzz-aud', sub, exp: now - 120, nbf: now - 600 })
+        case 'idp-stranger':
+          return strangerIdp.sign({ ...claims, iss: idp!.issuer, aud: 'fuzz-aud', sub, exp: now + 600, nbf: now - 1 })
+      }
+    }
+
+    const brokenPlans = fc.sample(planArb(doc, ops, hints, true, [a.tenant.id, b.tenant.id]), { seed: seed + 1, numRuns: total - validCount })
     const byKind = new Map<string, number>()
     for (let i = 0; i < brokenPlans.length; i++) {
       const p = brokenPlans[i]
       byKind.set(p.mutation!.kind, (byKind.get(p.mutation!.kind) ?? 0) + 1)
       const r = build(p)
-      await send(r, `broken(${p.mutation?.kind}) ${ops[p.op].method} ${ops[p.op].template} ${r.path.slice(0, 120)}`)
+      if (r.forged) r.headers.authorization = `Bearer ${await forge(r.forged)}`
+      await send(r, `broken(${p.mutation?.kind}${r.forged ? ` ${r.forged.form}` : ''}) ${ops[p.op].method} ${ops[p.op].template} ${r.path.slice(0, 120)}`)
       await check(i)
     }
+    await strangerIdp.close()
     ctx.log(`fuzz: ${sent} requests sent, checking logs`)
 
     // the other tenant lists none of the first's sessions
@@ -447,18 +616,20 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       cursor = page.body?.nextCursor ?? null
     } while (cursor)
     // the streams, opened and closed by each tenant
+    const subjectToken = creds.find((c) => c.tenant === 'a' && c.subject && !c.sessions && c.scopes.includes('read'))?.token
     for (const op of streams) {
-      for (const id of all.filter((x) => !theirs.sessions.includes(x)).slice(0, 3)) {
+      for (const id of all.filter((x) => !theirs.sessions.includes(x) && pools.sessions.includes(x)).slice(0, 3)) {
         const p = op.template.replace('{id}', encodeURIComponent(id))
-        for (const [key, want] of [[a.apiKey, op.template.endsWith('/ws') ? [400] : [200]], [b.apiKey, [404]]] as Array<[string, number[]]>) {
+        // a subject's token reaches none of the key's sessions (API.md §18)
+        for (const [key, want] of [[a.apiKey, op.template.endsWith('/ws') ? [400] : [200]], [b.apiKey, [404]], ...(subjectToken ? [[subjectToken, [404]]] : [])] as Array<[string, number[]]>) {
           const ac = new AbortController()
           const res = await fetch(`${target.url}${p}`, { headers: { authorization: `Bearer ${key}` }, signal: ac.signal }).catch((e) => e as Error)
           sent++
           if (res instanceof Error) problems.push(`${op.template}: no answer (${res.message})`)
           else {
             statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1)
-            if (!want.includes(res.status)) problems.push(`${op.template} as ${key === b.apiKey ? 'the other tenant' : 'the owner'}: ${res.status}`)
-            if (key === b.apiKey) isolationChecks++
+            if (!want.includes(res.status)) problems.push(`${op.template} as ${key === b.apiKey ? 'the other tenant' : key === subjectToken ? "a subject's token" : 'the owner'}: ${res.status}`)
+            if (key !== a.apiKey) isolationChecks++
           }
           ac.abort()
         }
@@ -501,6 +672,8 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       ['connection resets', resets],
       ...[...statuses].sort(([x], [y]) => x - y).map(([s, c]) => [`  status ${s}`, c] as [string, number]),
       ['isolation checks', isolationChecks],
+      ['tokens of random rights', creds.length],
+      ['isolation breaches', isolationBreaches],
       ['healthz checks', healthChecks],
       ['sessions checked (§15)', all.length],
       ['turns ended', turns],
@@ -515,6 +688,7 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
   } finally {
     agent.destroy()
     await target.close()
+    await idp?.close()
   }
 }
 

@@ -34,6 +34,8 @@ export interface TestAppOptions {
   wrapDb?: (db: Db) => Db
   /** the PostgreSQL bus's presence heartbeat (StartOptions.busHeartbeatMs) */
   busHeartbeatMs?: number
+  /** tokens' clock, identity providers' key-set cache, key reload interval (StartOptions.credentials) */
+  credentials?: StartOptions['credentials']
 }
 
 export interface TestApp {
@@ -81,6 +83,7 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     mcpCallTimeoutMs: o.mcpCallTimeoutMs,
     webhooks: o.webhooks,
     busHeartbeatMs: o.busHeartbeatMs,
+    credentials: o.credentials,
   }
   const app = await startApp(config, opts)
   const url = app.url!

@@ -77,7 +77,8 @@ describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
     expect(s.metadata).toEqual({})
     expect(s.usage).toEqual(zeroUsage)
     expect(s.lastTurn).toBeNull()
-    // API.md §4: made inline, by a tenant key, with the settings it was given and the defaults
+    // API.md §4: made inline, by a tenant key, with the settings it was given and the defaults; a
+    // tenant key owns nothing: only a subject does (API.md §18)
     expect(s.agent).toBeNull()
     expect(s.owner).toBeNull()
     expect(s.settings).toEqual({ model: t.models.ref(), system: '', tools: [], mcpServers: [], maxTokens: null, reasoningEffort: null })

@@ -11,7 +11,7 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const FILE = path.join(ROOT, 'openapi/openapi.json')
 const STALE = 'openapi/openapi.json is stale or missing: run `npm run openapi` and commit the result'
 
-/** API.md §3–§8 and §16, as OpenAPI paths: [method, path, security scheme or null for none] */
+/** API.md §3–§8, §16 and §18, as OpenAPI paths: [method, path, security scheme or null for none] */
 const ROUTES: Array<[string, string, 'apiKey' | 'adminToken' | null]> = [
   // §3 admin
   ['post', '/v1/admin/tenants', 'adminToken'],
@@ -48,6 +48,10 @@ const ROUTES: Array<[string, string, 'apiKey' | 'adminToken' | null]> = [
   ['get', '/v1/sessions/{id}/pending', 'apiKey'],
   ['post', '/v1/sessions/{id}/tool-results', 'apiKey'],
   ['post', '/v1/sessions/{id}/approvals/{callId}', 'apiKey'],
+  // §18 credentials
+  ['post', '/v1/tokens', 'apiKey'],
+  ['get', '/.well-known/jwks.json', null],
+  ['patch', '/v1/admin/tenants/{tenantId}', 'adminToken'],
   // §8 operations
   ['get', '/healthz', null],
   ['get', '/readyz', null],
@@ -101,6 +105,7 @@ describe('openapi/openapi.json', () => {
     expect(served.info.version).toBe(JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')).version)
     expect(served.components?.securitySchemes).toMatchObject({
       apiKey: { type: 'http', scheme: 'bearer' },
+      token: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
       adminToken: { type: 'http', scheme: 'bearer' },
     })
   })
@@ -117,7 +122,10 @@ describe('openapi/openapi.json', () => {
       const pathParams = (op.parameters ?? []).filter((x) => x.in === 'path')
       expect(pathParams.map((x) => x.name).sort(), where).toEqual([...templated].sort())
       for (const pp of pathParams) expect(pp.required, `${where} path parameter ${pp.name}`).toBe(true)
-      expect(op.security, where).toEqual(scheme ? [{ [scheme]: [] }] : [])
+      // a tenant route takes a token too, with the scope its method needs, unless it is the tenant's own business (API.md §18)
+      const keyOnly = /^\/v1\/(tokens|secrets|webhooks|usage)/.test(p)
+      const token = scheme === 'apiKey' && !keyOnly ? [{ token: [method === 'get' ? 'read' : 'write'] }] : []
+      expect(op.security, where).toEqual(scheme ? [{ [scheme]: [] }, ...token] : [])
     }
   })
 
@@ -188,6 +196,6 @@ describe('openapi/openapi.json', () => {
     expect(schemas.EventsPage.properties.events.items).toEqual({ $ref: '#/components/schemas/SessionEvent' })
     // API.md §10's codes, all of them, as the error code's enumeration
     const codes = refsOf(schemas.ErrorBody).length ? schemas.ErrorCode.anyOf.map((x: { const: string }) => x.const) : []
-    expect(codes.sort()).toEqual(['bad-request', 'fork-unavailable', 'idempotency-conflict', 'internal', 'model-unavailable', 'not-found', 'payload-too-large', 'queue-item-not-found', 'rate-limited', 'secrets-unavailable', 'session-busy', 'session-conflict', 'session-not-found', 'tool-call-not-pending', 'unauthorized', 'unavailable', 'unsupported-media-type'])
+    expect(codes.sort()).toEqual(['bad-request', 'forbidden', 'fork-unavailable', 'idempotency-conflict', 'internal', 'model-unavailable', 'not-found', 'payload-too-large', 'queue-item-not-found', 'rate-limited', 'secrets-unavailable', 'session-busy', 'session-conflict', 'session-not-found', 'tool-call-not-pending', 'unauthorized', 'unavailable', 'unsupported-media-type'])
   })
 })

@@ -81,7 +81,8 @@ describe.each(DB_KINDS)('limits and usage routes on %s', (kind) => {
   it('admin: GET and PATCH a tenant’s limits; null removes one; an absent one stays', async () => {
     const created = await admin('POST', '/v1/admin/tenants', { name: 'limited' })
     const id = created.body.tenant.id
-    expect((await admin('GET', `/v1/admin/tenants/${id}`)).body).toEqual({ tenant: { id, name: 'limited', limits: {} } })
+    // no identity provider and the deployment's origins (API.md §18) until set
+    expect((await admin('GET', `/v1/admin/tenants/${id}`)).body).toEqual({ tenant: { id, name: 'limited', limits: {}, auth: null, cors: null } })
     const set = await admin('PATCH', `/v1/admin/tenants/${id}`, { limits: { maxRunningSessions: 20, costUsdPerMonth: 50, tokensPerDay: 1000000, requestsPerMin: 600 } })
     expect(set.status).toBe(200)
     expect(set.body.tenant.limits).toEqual({ maxRunningSessions: 20, costUsdPerMonth: 50, tokensPerDay: 1000000, requestsPerMin: 600 })

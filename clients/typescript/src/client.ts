@@ -26,7 +26,11 @@ import type {
   SessionEvent,
   SessionPage,
   TenantCreated,
+  TenantAuthInput,
+  TenantCorsInput,
   TenantWithLimits,
+  TokenCreated,
+  TokenInput,
   ToolResultInput,
   UpdateSessionInput,
   UsageReport,
@@ -167,6 +171,16 @@ export class AgentdClient {
   /** Allows or denies a call waiting for approval. */
   async decide(sessionId: string, callId: string, decision: ApprovalInput, o: CallOpts = {}): Promise<void> {
     await this.call('POST', `${sid(sessionId)}/approvals/${encodeURIComponent(callId)}`, 'once', { body: decision, signal: o.signal })
+  }
+
+  // ---- tokens (API.md §18) ----
+
+  /**
+   * Mints a token for a browser or an end user (tenant API key only): what it may do (`scopes`), whose it
+   * is (`subject`), which sessions or agents it is limited to, how long it lives (`ttlSeconds`, default 900).
+   */
+  createToken(input: TokenInput, o: CallOpts = {}): Promise<TokenCreated> {
+    return this.call('POST', '/v1/tokens', 'once', { body: input, signal: o.signal })
   }
 
   // ---- usage (API.md §15) ----
@@ -361,10 +375,24 @@ export class AdminApi {
     return r.tenant
   }
 
+  /** Accepts the end-user tokens of the tenant's own identity provider, or (`null`) no longer (API.md §18). Answers the tenant as it is now. */
+  setAuth(tenantId: string, auth: TenantAuthInput, o: CallOpts = {}): Promise<TenantWithLimits> {
+    return this.patch(tenantId, { auth }, o)
+  }
+
+  /** Narrows the origins the tenant's browsers may call from, or (`null`) goes back to the deployment's (API.md §18). */
+  setCors(tenantId: string, cors: TenantCorsInput, o: CallOpts = {}): Promise<TenantWithLimits> {
+    return this.patch(tenantId, { cors }, o)
+  }
+
   /** Sets the given limits; `null` removes one, an absent one stays (API.md §15). Answers the tenant as it is now. */
-  async setLimits(tenantId: string, limits: LimitsInput, o: CallOpts = {}): Promise<TenantWithLimits> {
+  setLimits(tenantId: string, limits: LimitsInput, o: CallOpts = {}): Promise<TenantWithLimits> {
+    return this.patch(tenantId, { limits }, o)
+  }
+
+  private async patch(tenantId: string, body: object, o: CallOpts): Promise<TenantWithLimits> {
     // setting the same values twice is the same as once: safe to repeat
-    const r = await this.t.call<{ tenant: TenantWithLimits }>({ method: 'PATCH', path: `/v1/admin/tenants/${encodeURIComponent(tenantId)}`, body: { limits }, auth: 'admin', repeat: 'safe', signal: o.signal })
+    const r = await this.t.call<{ tenant: TenantWithLimits }>({ method: 'PATCH', path: `/v1/admin/tenants/${encodeURIComponent(tenantId)}`, body, auth: 'admin', repeat: 'safe', signal: o.signal })
     return r.tenant
   }
 }

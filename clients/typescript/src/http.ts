@@ -19,11 +19,29 @@ export interface RetryEvent {
   error: AgentdError
 }
 
+/** A token as a backend gets it from `POST /v1/tokens` (API.md §18). */
+export interface MintedToken {
+  token: string
+  /** when the server starts refusing it (ISO-8601, epoch ms or a Date) */
+  expiresAt: string | number | Date
+}
+
+/**
+ * Gets a token, typically from your own backend, which mints it with the tenant key. Called when the
+ * client has none, again before the one it has expires (when it knows `expiresAt`), and once more when
+ * the server refuses it (401).
+ */
+export type TokenProvider = () => Promise<string | MintedToken> | string | MintedToken
+
 export interface TransportOptions {
   /** the server's origin, e.g. `http://127.0.0.1:8080` (a path prefix is kept) */
   baseUrl: string
-  /** tenant API key for `/v1` routes */
+  /** tenant API key for `/v1` routes; for servers only (a browser gets `token`) */
   apiKey?: string
+  /** a token (API.md §18) in place of the API key, or a provider that gets one and is asked again before it expires */
+  token?: string | TokenProvider
+  /** how long before `expiresAt` a provider's token is replaced (default 60000 ms, or a third of its lifetime when that is shorter) */
+  tokenRefreshMs?: number
   /** admin token for `/v1/admin` routes (API.md §3) */
   adminToken?: string
   /** the platform's fetch unless given (tests, proxies, instrumentation) */
@@ -66,13 +84,22 @@ function describe(e: unknown): string {
   return code && !msg.includes(code) ? `${msg} (${code})` : msg
 }
 
+/** When a token obtained at `now` and refused from `expiresAt` is replaced. */
+function refreshTime(now: number, expiresAt: number, marginMs: number): number {
+  return expiresAt - Math.min(marginMs, Math.max(0, expiresAt - now) / 3)
+}
+
 export class Transport {
   readonly baseUrl: string
   /** the platform's fetch, or the one given */
   readonly fetch: typeof fetch
+  /** the provider's token and when to replace it (undefined: only when refused) */
+  private held?: { token: string; refreshAt?: number }
+  private obtaining?: Promise<string>
 
   constructor(readonly o: TransportOptions) {
     if (!o.baseUrl) throw new TypeError('AgentdClient: baseUrl is required')
+    if (o.apiKey !== undefined && o.token !== undefined) throw new TypeError('AgentdClient: give apiKey or token, not both')
     this.baseUrl = o.baseUrl.replace(/\/+$/, '')
     // called through a closure: a browser's fetch refuses to run as a method of another object
     const given = o.fetch
@@ -86,9 +113,37 @@ export class Transport {
     return `${this.baseUrl}${path}${s ? `?${s}` : ''}`
   }
 
-  headers(auth: CallOptions['auth'], extra?: Record<string, string>): Record<string, string> {
+  /** Whether the credential comes from a provider, which can give another when one is refused. */
+  get refreshable(): boolean {
+    return typeof this.o.token === 'function'
+  }
+
+  /**
+   * The tenant credential: the API key, the token, or the provider's token — asked for when there is
+   * none, when the one held is due for replacement, or (`renew`) when the server refused it. Concurrent
+   * calls share one request to the provider.
+   */
+  async credential(renew = false): Promise<string | undefined> {
+    const source = this.o.token
+    if (typeof source !== 'function') return source ?? this.o.apiKey
+    const held = this.held
+    if (!renew && held && (held.refreshAt === undefined || Date.now() < held.refreshAt)) return held.token
+    if (renew && this.obtaining === undefined && held) this.held = undefined
+    this.obtaining ??= (async () => {
+      const got = await source()
+      const now = Date.now()
+      const token = typeof got === 'string' ? got : got?.token
+      if (typeof token !== 'string' || !token) throw new TypeError('AgentdClient: the token provider gave no token')
+      const expiresAt = typeof got === 'string' ? undefined : new Date(got.expiresAt).getTime()
+      this.held = { token, ...(expiresAt !== undefined && Number.isFinite(expiresAt) ? { refreshAt: refreshTime(now, expiresAt, this.o.tokenRefreshMs ?? 60000) } : {}) }
+      return token
+    })().finally(() => (this.obtaining = undefined))
+    return this.obtaining
+  }
+
+  async headers(auth: CallOptions['auth'], extra?: Record<string, string>, renew = false): Promise<Record<string, string>> {
     const h: Record<string, string> = { accept: 'application/json', ...(extra ?? {}) }
-    const token = auth === 'admin' ? this.o.adminToken : auth === 'none' ? undefined : this.o.apiKey
+    const token = auth === 'admin' ? this.o.adminToken : auth === 'none' ? undefined : await this.credential(renew)
     if (auth === 'admin' && !token) throw new TypeError('AgentdClient: admin routes need the adminToken option')
     if (token) h.authorization = `Bearer ${token}`
     return h
@@ -97,16 +152,25 @@ export class Transport {
   /** The parsed JSON answer (undefined for an empty one), after the retries `repeat` allows. */
   async call<T>(c: CallOptions): Promise<T> {
     const url = this.url(c.path, c.query)
-    const headers = this.headers(c.auth ?? 'key', c.headers)
+    const auth = c.auth ?? 'key'
+    let headers = await this.headers(auth, c.headers)
     let body: string | undefined
     if (c.body !== undefined) {
       headers['content-type'] = 'application/json'
       body = JSON.stringify(c.body)
     }
     const maxAttempts = this.o.retry?.maxAttempts ?? 8
+    let renewed = false
     for (let attempt = 1; ; attempt++) {
       const { error, retryable, retryAfterMs, value } = await this.attempt<T>(c, url, headers, body)
       if (!error) return value as T
+      // a refused token is replaced once, at once: the server does not act on a request it refused
+      if (error.status === 401 && auth === 'key' && this.refreshable && !renewed) {
+        renewed = true
+        headers = { ...headers, ...(await this.headers(auth, undefined, true)) }
+        attempt--
+        continue
+      }
       const tooLong = retryAfterMs !== undefined && retryAfterMs > (this.o.maxRetryAfterMs ?? 60000)
       if (!retryable || tooLong || attempt >= maxAttempts) throw error
       const delayMs = retryAfterMs !== undefined ? Math.max(100, retryAfterMs) : backoffDelay(attempt, this.o.retry ?? {})

@@ -3,7 +3,7 @@
 
 export { AgentdClient, AdminApi, AgentsApi, SecretsApi, SessionsApi, newIdempotencyKey, type AgentdClientOptions, type CallOpts, type RequestOptions, type SendOptions, type SendRoute } from './client.js'
 export { AgentdError, type AgentdErrorInit, type ErrorDetail } from './errors.js'
-export type { Repeatable, RetryEvent, TransportOptions } from './http.js'
+export type { MintedToken, Repeatable, RetryEvent, TokenProvider, TransportOptions } from './http.js'
 export { backoffDelay, parseRetryAfter, type RetryOptions } from './retry.js'
 export { SseParser, type SseEvent } from './sse.js'
 export { chunkCount, type SessionStream, type StreamOptions } from './stream.js'

@@ -90,10 +90,12 @@ export function openStream(t: Transport, sessionId: string, o: StreamOptions = {
   const idleMs = o.idleTimeoutMs ?? 45000
   const backoff: RetryOptions = { initialDelayMs: 100, maxDelayMs: 5000, ...(o.reconnect ?? {}) }
 
+  /** a 401 with a provider's token: the next connection asks the provider for another, once */
+  let renew = false
   async function* connection(failures: { n: number }): AsyncGenerator<StreamFrame> {
     const link = linkedSignal(stop.signal)
     try {
-      const headers = t.headers('key', { accept: 'text/event-stream' })
+      const headers = await t.headers('key', { accept: 'text/event-stream' }, renew)
       if (lastSeq >= 0 || o.after !== undefined) headers['last-event-id'] = String(lastSeq)
       const url = t.url(`/v1/sessions/${encodeURIComponent(sessionId)}/stream`)
       connections++
@@ -105,6 +107,10 @@ export function openStream(t: Transport, sessionId: string, o: StreamOptions = {
       }
       if (!res.ok) {
         const error = errorFromResponse(res.status, await res.text().catch(() => ''), { retryAfterMs: parseRetryAfter(res.headers.get('retry-after')), method: 'GET', url })
+        if (res.status === 401 && t.refreshable && !renew) {
+          renew = true
+          throw new Reconnect('the token was refused; asking for another')
+        }
         if (FATAL.has(res.status)) throw error
         throw new Reconnect(`HTTP ${res.status} ${error.code}`)
       }
@@ -145,8 +151,10 @@ export function openStream(t: Transport, sessionId: string, o: StreamOptions = {
             yield { event: 'session/event', id: e.seq, data: e }
             continue
           }
-          if (m.event === 'stream/ready') failures.n = 0
-          else if (m.event === 'agent/assistant-stream') {
+          if (m.event === 'stream/ready') {
+            failures.n = 0
+            renew = false
+          } else if (m.event === 'agent/assistant-stream') {
             if (!ledger.admit(data as AssistantStreamFrame)) continue
           } else if (m.event === 'stream/error') {
             cut = `stream/error ${(data as { code?: string }).code ?? ''}`.trim()

@@ -20,6 +20,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/.well-known/jwks.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The public keys that sign agentd's tokens (JSON Web Key Set) */
+        get: operations["jwks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/console/{file}": {
         parameters: {
             query?: never;
@@ -170,7 +187,7 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        /** Set or remove a tenant's limits */
+        /** Set or remove a tenant's limits, identity provider and origins */
         patch: operations["updateTenant"];
         trace?: never;
     };
@@ -572,6 +589,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Mint a short-lived token for a browser or an end user (tenant key only) */
+        post: operations["createToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/usage": {
         parameters: {
             query?: never;
@@ -770,7 +804,7 @@ export interface components {
             };
         };
         /** @description API.md §10 */
-        ErrorCode: "bad-request" | "unauthorized" | "session-not-found" | "not-found" | "session-busy" | "session-conflict" | "idempotency-conflict" | "queue-item-not-found" | "tool-call-not-pending" | "fork-unavailable" | "secrets-unavailable" | "payload-too-large" | "unsupported-media-type" | "model-unavailable" | "rate-limited" | "internal" | "unavailable";
+        ErrorCode: "bad-request" | "unauthorized" | "forbidden" | "session-not-found" | "not-found" | "session-busy" | "session-conflict" | "idempotency-conflict" | "queue-item-not-found" | "tool-call-not-pending" | "fork-unavailable" | "secrets-unavailable" | "payload-too-large" | "unsupported-media-type" | "model-unavailable" | "rate-limited" | "internal" | "unavailable";
         ErrorDetail: {
             message: string;
             path: string;
@@ -803,6 +837,11 @@ export interface components {
             type: string;
         } & {
             [key: string]: unknown;
+        };
+        Jwks: {
+            keys: {
+                [key: string]: unknown;
+            }[];
         };
         KeyAnswer: {
             apiKey: string;
@@ -889,8 +928,17 @@ export interface components {
             };
             title?: string | null;
         };
+        /** @description null removes the identity provider or the origins */
         PatchTenantBody: {
-            limits: components["schemas"]["LimitsPatch"];
+            auth?: components["schemas"]["TenantAuthBody"] | null;
+            cors?: components["schemas"]["TenantCors"] | null;
+            /** @description limits to set; null removes one, an absent one stays as it is */
+            limits?: {
+                costUsdPerMonth?: number | null;
+                maxRunningSessions?: number | null;
+                requestsPerMin?: number | null;
+                tokensPerDay?: number | null;
+            };
         };
         PendingAnswer: {
             toolCalls: components["schemas"]["PendingToolCall"][];
@@ -941,7 +989,7 @@ export interface components {
             lastTurn: components["schemas"]["LastTurn"] | null;
             metadata: components["schemas"]["Metadata"];
             model: string;
-            /** @description the subject that created the session (§18), or null */
+            /** @description the subject that created it (a token's subject or an end user), null when a tenant key or a token without subject did */
             owner: string | null;
             settings: components["schemas"]["SessionSettings"];
             status: "idle" | "running";
@@ -967,13 +1015,38 @@ export interface components {
             apiKey: string;
             tenant: components["schemas"]["Tenant"];
         };
+        TenantAuth: {
+            audience: string;
+            issuer: string;
+            jwksUrl: string;
+            subjectClaim: string;
+        };
+        /** @description the tenant's own identity provider, whose end-user tokens are accepted */
+        TenantAuthBody: {
+            /** @description an aud the tokens carry */
+            audience: string;
+            /** @description the tokens' iss */
+            issuer: string;
+            /** @description the provider's JSON Web Key Set; fetched through the address guard of http tools (AGENTD_TOOL_HOSTS) */
+            jwksUrl: string;
+            /** @description the claim naming the end user (default sub) */
+            subjectClaim?: string;
+        };
         TenantBody: {
             name: string;
+        };
+        /** @description origins whose browsers may call with this tenant's credentials; only those AGENTD_CORS_ORIGINS lists too get an answer to their preflights */
+        TenantCors: {
+            origins: string[];
         };
         TenantLimitsAnswer: {
             tenant: components["schemas"]["TenantWithLimits"];
         };
         TenantWithLimits: {
+            /** @description null: only agentd's own tokens and the tenant's keys */
+            auth: components["schemas"]["TenantAuth"] | null;
+            /** @description null: the origins of AGENTD_CORS_ORIGINS */
+            cors: components["schemas"]["TenantCors"] | null;
             id: string;
             limits: components["schemas"]["Limits"];
             name: string;
@@ -982,6 +1055,27 @@ export interface components {
             text: string;
             /** @constant */
             type: "text";
+        };
+        TokenAnswer: {
+            /**
+             * Format: date-time
+             * @description refused from this time on
+             */
+            expiresAt: string;
+            /** @description a JWT signed with EdDSA; send it as Authorization: Bearer, or ?access_token= on streams */
+            token: string;
+        };
+        TokenBody: {
+            /** @description the only agents whose sessions the token reaches (and may create) */
+            agents?: string[];
+            /** @description read: GET routes and streams; write: input, tool results, approvals, cancel, creating and changing sessions */
+            scopes: ("read" | "write")[];
+            /** @description the only sessions the token reaches (and may create) */
+            sessions?: string[];
+            /** @description the end user: owns the sessions it creates and reaches only those */
+            subject?: string;
+            /** @description default 900 */
+            ttlSeconds?: number;
         };
         ToolResultBody: {
             callId: string;
@@ -1084,6 +1178,26 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+        };
+    };
+    jwks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTTP 200 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Jwks"];
+                };
             };
         };
     };
@@ -1841,6 +1955,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -1894,6 +2017,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1957,6 +2089,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2009,6 +2150,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2085,6 +2235,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2152,6 +2311,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2201,6 +2369,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2263,6 +2440,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2333,6 +2519,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2388,6 +2583,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2457,6 +2661,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2518,6 +2731,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2564,6 +2786,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2633,6 +2864,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2691,6 +2931,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2741,6 +2990,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2810,6 +3068,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2868,6 +3135,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -2910,6 +3186,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2972,6 +3257,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3066,6 +3360,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -3109,6 +3412,66 @@ export interface operations {
             };
         };
     };
+    createToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TokenBody"];
+            };
+        };
+        responses: {
+            /** @description HTTP 201 */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenAnswer"];
+                };
+            };
+            /** @description HTTP 400 */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 401 */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 409 */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     getUsage: {
         parameters: {
             query?: {
@@ -3142,6 +3505,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3243,6 +3615,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -3299,6 +3680,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -3339,6 +3729,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3413,6 +3812,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description HTTP 403 */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description HTTP 404 */
             404: {
                 headers: {
@@ -3461,6 +3869,15 @@ export interface operations {
             };
             /** @description HTTP 401 */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 403 */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -58,6 +58,13 @@ export type TenantWithLimits = Json200<'/v1/admin/tenants/{tenantId}', 'get', 20
 export type TenantLimits = TenantWithLimits['limits']
 /** `PATCH /v1/admin/tenants/:id` limits: a number sets one, `null` removes it. */
 export type LimitsInput = JsonBody<'/v1/admin/tenants/{tenantId}', 'patch'>['limits']
+/** A tenant's identity provider (API.md §18); `null` removes it. */
+export type TenantAuthInput = JsonBody<'/v1/admin/tenants/{tenantId}', 'patch'>['auth']
+/** The origins a tenant's browsers may call from (API.md §18); `null` goes back to the deployment's. */
+export type TenantCorsInput = JsonBody<'/v1/admin/tenants/{tenantId}', 'patch'>['cors']
+/** What a minted token may do (API.md §18). */
+export type TokenInput = JsonBody<'/v1/tokens', 'post'>
+export type TokenCreated = Json200<'/v1/tokens', 'post', 201>
 /** `GET /v1/usage` (API.md §15). */
 export type UsageReport = Json200<'/v1/usage', 'get', 200>
 export type UsageRow = UsageReport['usage'][number]
@@ -81,7 +88,7 @@ export type ErrorBody = Json200<'/v1/sessions/{id}', 'get', 404>
 type Resolved<T> = [T] extends [never] ? false : true
 type AllResolved<T extends unknown[]> = { [K in keyof T]: Resolved<T[K]> }[number] extends true ? true : false
 type Must<T extends true> = T
-type _WireAliasesResolve = Must<AllResolved<[Session, LastTurn, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, TenantWithLimits, LimitsInput, UsageReport, Webhook, WebhookCreated, CreateWebhookInput, WebhookDelivery, ErrorBody, McpServer, SecretInfo, Agent, AgentPage, CreateAgentInput, UpdateAgentInput]>>
+type _WireAliasesResolve = Must<AllResolved<[Session, LastTurn, SessionPage, CreateSessionInput, UpdateSessionInput, Accepted, CancelResult, CompactResult, PendingCall, ToolResultInput, ApprovalInput, EventsPage, TenantCreated, KeyCreated, TenantWithLimits, LimitsInput, UsageReport, Webhook, WebhookCreated, CreateWebhookInput, WebhookDelivery, ErrorBody, McpServer, SecretInfo, TenantAuthInput, TenantCorsInput, TokenInput, TokenCreated, Agent, AgentPage, CreateAgentInput, UpdateAgentInput]>>
 // the document's TurnEndReason and the one written below from the contract are the same type
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
 type _LastTurnReason = Must<Same<LastTurn['reason'], TurnEndReason>>

@@ -5,6 +5,7 @@
 export const ERROR_STATUS: Record<string, number> = {
   'bad-request': 400,
   unauthorized: 401,
+  forbidden: 403,
   'session-not-found': 404,
   'not-found': 404,
   'session-busy': 409,

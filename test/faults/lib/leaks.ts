@@ -10,7 +10,7 @@ import path from 'node:path'
 import { Writable } from 'node:stream'
 import type { Queryable } from '../../../src/store/index.js'
 
-export type SecretKind = 'api key' | 'admin token' | 'provider key' | 'secret value' | 'secret key'
+export type SecretKind = 'api key' | 'admin token' | 'provider key' | 'secret value' | 'secret key' | 'token'
 
 /** Watches that wire.ts reports every answer to, so that an API key a part got back is known to the check. */
 const active = new Set<LeakWatch>()

@@ -11,6 +11,8 @@ export interface Operation {
   /** the request body's schema, $refs resolved at the top */
   body?: Schema
   security: 'apiKey' | 'adminToken' | null
+  /** the scope a token needs on it (API.md §18), or null when only the tenant key may call it */
+  tokenScope: string | null
   /** the operation addresses one session (tag `sessions`), so another tenant must get 404 */
   session: boolean
   websocket: boolean
@@ -30,6 +32,7 @@ export function operations(doc: any): Operation[] {
         query: Object.fromEntries(params.filter((p) => p.in === 'query').map((p) => [p.name, p.schema])),
         body: op.requestBody ? resolve(doc, op.requestBody.content?.['application/json']?.schema) : undefined,
         security: sec,
+        tokenScope: ((op.security ?? []).find((r: Record<string, string[]>) => r.token)?.token?.[0] as string | undefined) ?? null,
         session: (op.tags ?? []).includes('sessions'),
         websocket: !!op.responses?.['101'],
         eventStream: !!op.responses?.['200']?.content?.['text/event-stream'],
