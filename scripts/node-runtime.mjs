@@ -45,9 +45,16 @@ function npm(args, cwd) {
   return execFileSync(process.platform === 'win32' ? 'npm.cmd' : 'npm', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })
 }
 
+/** The Node.js that runs npm: the system's, whichever Node.js runs this script (a pre-script runs on the linked one). */
+function systemVersion() {
+  const npmNode = process.env.npm_node_execpath
+  if (!npmNode || npmNode === process.execPath) return process.version
+  return execFileSync(npmNode, ['--version'], { encoding: 'utf8' }).trim()
+}
+
 function install() {
-  if (atLeast(process.version, MIN)) {
-    // this Node.js is new enough: use it, and drop a link an earlier install under an older Node.js left
+  if (atLeast(systemVersion(), MIN)) {
+    // the system's Node.js is new enough: use it, and drop a link an earlier install under an older one left
     removeLink()
     return
   }
@@ -84,8 +91,14 @@ function install() {
   const version = execFileSync(binary, ['--version'], { encoding: 'utf8' }).trim()
   if (version !== `v${pinned.version}`) throw new Error(`${binary} reports ${version}, expected v${pinned.version}`)
   fs.mkdirSync(path.dirname(BIN_LINK), { recursive: true })
+  const target = path.relative(path.dirname(BIN_LINK), binary)
+  let linked = false
+  try {
+    linked = fs.readlinkSync(BIN_LINK) === target
+  } catch {}
+  if (linked) return
   removeLink()
-  fs.symlinkSync(path.relative(path.dirname(BIN_LINK), binary), BIN_LINK)
+  fs.symlinkSync(target, BIN_LINK)
   say(`npm scripts run on Node.js ${pinned.version} (node_modules/.bin/node)`)
 }
 

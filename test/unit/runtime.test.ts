@@ -44,6 +44,8 @@ describe('the runtime', () => {
 
   it('npm ci brings the pinned Node.js through its postinstall, checked against a pinned integrity', () => {
     expect(pkg.scripts.postinstall).toBe('node scripts/node-runtime.mjs')
+    // and again before the README's commands: an `npm install <package>` prunes links npm did not make
+    for (const s of ['prestart', 'pretest']) expect(pkg.scripts[s], s).toBe('node scripts/node-runtime.mjs')
     for (const platform of ['linux-x64', 'linux-arm64']) expect(pkg.agentd.node.integrity[platform], platform).toMatch(/^sha512-[A-Za-z0-9+/]{86}==$/)
     // the script must run on the old Node.js it replaces: nothing newer than what Node 18 parses
     const text = read('scripts/node-runtime.mjs')
