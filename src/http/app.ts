@@ -42,17 +42,6 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
     return503OnClosing: false,
     clientErrorHandler: handleClientError,
     frameworkErrors,
-    // a client gets AGENTD_REQUEST_TIMEOUT_MS to send its whole request (a slow-loris body or header
-    // is cut with a §10 answer by handleClientError); Node checks that this often
-    requestTimeout: deps.config.requestTimeoutMs,
-    // Node answers a missing Host with an empty 400 of its own; connectionsPlugin answers it instead
-    http: {
-      // API.md §18: a token up to 8 KiB (and a longer one, to refuse with 401) fits with room to spare
-      maxHeaderSize: 32 * 1024,
-      requireHostHeader: false,
-      headersTimeout: Math.min(60_000, deps.config.requestTimeoutMs),
-      connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(deps.config.requestTimeoutMs / 4))),
-    },
     // verbose: a schema error carries its schema, so details can say what the field would have to be (errors.ts)
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: true, useDefaults: false, verbose: true } },
     routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },

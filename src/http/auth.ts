@@ -110,8 +110,8 @@ function isAdmin(given: string | undefined, token: string): boolean {
 export function reaches(g: Grant, row: SessionRow): boolean {
   if (g.sessions && !g.sessions.includes(row.id)) return false
   if (g.subject !== undefined && row.owner !== g.subject) return false
-  // sessions carry no agent yet (API.md §16 comes with issue 36): a token limited to agents reaches none
-  if (g.agents) return false
+  // a token limited to agents reaches the sessions made from them (API.md §16, §18)
+  if (g.agents && !(row.agent && g.agents.includes(row.agent.id))) return false
   return true
 }
 
@@ -119,8 +119,7 @@ export function reaches(g: Grant, row: SessionRow): boolean {
 export function sessionFilter(p: Principal): SessionFilter | null {
   const g = p.grant
   if (!g) return {}
-  if (g.agents) return null
-  return { ...(g.subject !== undefined ? { owner: g.subject } : {}), ...(g.sessions ? { ids: g.sessions } : {}) }
+  return { ...(g.subject !== undefined ? { owner: g.subject } : {}), ...(g.sessions ? { ids: g.sessions } : {}), ...(g.agents ? { agents: g.agents } : {}) }
 }
 
 /**

@@ -27,6 +27,8 @@ export class Listener {
         keepAliveTimeout: KEEP_ALIVE_MS,
         // Node answers a missing Host with an empty 400 of its own; connectionsPlugin answers it instead
         requireHostHeader: false,
+        // API.md §18: a token up to 8 KiB (and a longer one, to refuse with 401) fits with room to spare
+        maxHeaderSize: 32 * 1024,
       },
       (req, res) => (this.app ? this.app(req, res) : starting(req, res)),
     )

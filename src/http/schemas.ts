@@ -328,12 +328,11 @@ export const SecretList = Type.Object({ secrets: Type.Array(SecretInfo) })
 
 // API.md §18: tokens
 const SessionIdRef = Id
-const AgentIdRef = Type.String({ pattern: '^[A-Za-z0-9_.-]{1,64}$' })
 export const TokenBody = Type.Object(
   {
     subject: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'the end user: owns the sessions it creates and reaches only those' })),
     sessions: Type.Optional(Type.Array(SessionIdRef, { minItems: 1, maxItems: 100, description: 'the only sessions the token reaches (and may create)' })),
-    agents: Type.Optional(Type.Array(AgentIdRef, { minItems: 1, maxItems: 100, description: 'the only agents whose sessions the token reaches (and may create)' })),
+    agents: Type.Optional(Type.Array(AgentId, { minItems: 1, maxItems: 100, description: 'the only agents whose sessions the token reaches (and may create)' })),
     scopes: Type.Array(Type.Union([Type.Literal('read'), Type.Literal('write')]), { minItems: 1, maxItems: 2, uniqueItems: true, description: 'read: GET routes and streams; write: input, tool results, approvals, cancel, creating and changing sessions' }),
     ttlSeconds: Type.Optional(Type.Integer({ minimum: 1, maximum: 86400, description: 'default 900' })),
   },

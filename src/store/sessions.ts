@@ -122,6 +122,8 @@ export function decodeCursor(c: string): { updatedAt: number; key: string } | nu
 export interface SessionFilter {
   owner?: string
   ids?: readonly string[]
+  /** only sessions made from one of these agents */
+  agents?: readonly string[]
 }
 
 /** Newest activity first (updated_at, then key), keyset-paged. */
@@ -139,6 +141,10 @@ export async function listSessions(db: Queryable, tenantId: string, limit: numbe
   if (filter.ids !== undefined) {
     params.push([...filter.ids])
     where += ` AND id = ANY($${params.length}::text[])`
+  }
+  if (filter.agents !== undefined) {
+    params.push([...filter.agents])
+    where += ` AND agent_id = ANY($${params.length}::text[])`
   }
   const { rows } = await db.query<Raw>(`SELECT ${COLUMNS} FROM sessions WHERE ${where} ORDER BY updated_at DESC, key DESC LIMIT $2`, params)
   const list = rows.map(toRow)

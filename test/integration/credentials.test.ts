@@ -206,6 +206,42 @@ describe.each(DB_KINDS)('credentials for browsers and end users on %s', (kind) =
     expect((await t.api('GET', `/v1/sessions/${b.id}`)).body.headSeq).toBe(-1)
   })
 
+  it('a token limited to agent A reaches, lists and creates only sessions made from A; it reads A and not B; defining agents takes a key', async () => {
+    for (const id of ['agent-a', 'agent-b']) expect((await t.api('POST', '/v1/agents', { id, name: id, model: t.models.ref() })).status).toBe(201)
+    const a = (await t.api('POST', '/v1/sessions', { agent: 'agent-a' })).body
+    const b = (await t.api('POST', '/v1/sessions', { agent: 'agent-b' })).body
+    const inline = await t.createSession()
+    const token = await mint({ scopes: ['read', 'write'], agents: ['agent-a'] })
+    expect((await t.api('GET', `/v1/sessions/${a.id}`, undefined, { key: token })).status).toBe(200)
+    for (const id of [b.id, inline.id]) {
+      const r = await t.api('GET', `/v1/sessions/${id}`, undefined, { key: token })
+      expect(r.status, id).toBe(404)
+      expect(r.body).toEqual({ error: { code: 'session-not-found', message: `session ${id} not found` } })
+      expect((await t.api('POST', `/v1/sessions/${id}/followup`, { content: 'x' }, { key: token })).status, id).toBe(404)
+    }
+    const list = await t.api('GET', '/v1/sessions?limit=200', undefined, { key: token })
+    expect(list.body.sessions.map((x: { id: string }) => x.id)).toEqual([a.id])
+    // the agents: it reads its own, the other is as missing as an unknown one
+    expect((await t.api('GET', '/v1/agents/agent-a', undefined, { key: token })).status).toBe(200)
+    expect((await t.api('GET', '/v1/agents/agent-b', undefined, { key: token })).status).toBe(404)
+    expect((await t.api('GET', '/v1/agents/agent-b/versions/1', undefined, { key: token })).status).toBe(404)
+    expect((await t.api('GET', '/v1/agents?limit=200', undefined, { key: token })).body.agents.map((x: { id: string }) => x.id)).toEqual(['agent-a'])
+    // it creates sessions of its agents only
+    expect((await t.api('POST', '/v1/sessions', { agent: 'agent-b' }, { key: token })).status).toBe(403)
+    expect((await t.api('POST', '/v1/sessions', { model: t.models.ref() }, { key: token })).status).toBe(403)
+    expect((await t.api('POST', '/v1/sessions', { agent: 'agent-a@1' }, { key: token })).status).toBe(201)
+    // defining agents is the tenant's: any token, whatever its scopes, is 403 and changes nothing
+    const writer = await mint({ scopes: ['read', 'write'] })
+    for (const [m, p, body] of [['POST', '/v1/agents', { id: 'agent-c', name: 'c', model: t.models.ref() }], ['PATCH', '/v1/agents/agent-a', { system: 'changed' }], ['DELETE', '/v1/agents/agent-b', undefined]] as Array<[string, string, unknown]>) {
+      const r = await t.api(m, p, body, { key: writer })
+      expect(r.status, `${m} ${p}`).toBe(403)
+      expect(r.body.error.code).toBe('forbidden')
+    }
+    expect((await t.api('GET', '/v1/agents/agent-c')).status).toBe(404)
+    expect((await t.api('GET', '/v1/agents/agent-a')).body.version).toBe(1)
+    expect((await t.api('GET', '/v1/agents/agent-b')).status).toBe(200)
+  })
+
   it('a subject owns the sessions it creates, lists and reaches only those, and answers their tool calls and approvals; others are 404', async () => {
     const u1 = await mint({ scopes: ['read', 'write'], subject: 'user-1' })
     const u1read = await mint({ scopes: ['read'], subject: 'user-1' })

@@ -11,7 +11,7 @@ const refusal = (...args: Parameters<typeof tokenRefusal>) => {
   const e = tokenRefusal(...args)
   return e && { status: e.status, code: e.code }
 }
-const row = (id: string, owner: string | null) => ({ id, owner }) as SessionRow
+const row = (id: string, owner: string | null, agent: string | null = null) => ({ id, owner, agent: agent ? { id: agent, version: 1 } : null }) as SessionRow
 
 describe('tokenRefusal', () => {
   it('a key (no grant) may do anything', () => {
@@ -50,8 +50,13 @@ describe('reaches and sessionFilter', () => {
     expect(sessionFilter({ tenantId: 't', keyId: 'k' })).toEqual({})
   })
 
-  it('sessions carry no agent yet (API.md §16, issue 36): a token limited to agents reaches and lists none', () => {
-    expect(reaches(grant({ agents: ['support'] }), row('a', null))).toBe(false)
-    expect(sessionFilter({ tenantId: 't', grant: grant({ agents: ['support'] }) })).toBeNull()
+  it('a token limited to agents reaches and lists the sessions made from them, and no inline session (API.md §16, §18)', () => {
+    const g = grant({ agents: ['support'] })
+    expect(reaches(g, row('a', null, 'support'))).toBe(true)
+    expect(reaches(g, row('a', null, 'sales'))).toBe(false)
+    expect(reaches(g, row('a', null))).toBe(false)
+    // with a subject too, both must hold
+    expect(reaches(grant({ agents: ['support'], subject: 'u1' }), row('a', 'u2', 'support'))).toBe(false)
+    expect(sessionFilter({ tenantId: 't', grant: g })).toEqual({ agents: ['support'] })
   })
 })
