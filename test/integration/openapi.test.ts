@@ -122,8 +122,9 @@ describe('openapi/openapi.json', () => {
       const pathParams = (op.parameters ?? []).filter((x) => x.in === 'path')
       expect(pathParams.map((x) => x.name).sort(), where).toEqual([...templated].sort())
       for (const pp of pathParams) expect(pp.required, `${where} path parameter ${pp.name}`).toBe(true)
-      // a tenant route takes a token too, with the scope its method needs, unless it is the tenant's own business (API.md §18)
-      const keyOnly = /^\/v1\/(tokens|secrets|webhooks|usage)/.test(p)
+      // a tenant route takes a token too, with the scope its method needs, unless it is the tenant's own
+      // business (API.md §18): its tokens, secrets, webhooks and usage, and the agents it defines
+      const keyOnly = /^\/v1\/(tokens|secrets|webhooks|usage)/.test(p) || (/^\/v1\/agents/.test(p) && method !== 'get')
       const token = scheme === 'apiKey' && !keyOnly ? [{ token: [method === 'get' ? 'read' : 'write'] }] : []
       expect(op.security, where).toEqual(scheme ? [{ [scheme]: [] }, ...token] : [])
     }
