@@ -20,6 +20,8 @@ import { Deliverer, WebhookService, type DelivererOptions } from './webhooks/ind
 import { ApiError } from './errors.js'
 import { ensureDefaultAgent, ensureEmbeddedTenant } from './embedded-tenant.js'
 import { pluginConfigError, preflight, reachDatabase } from './preflight.js'
+import { startTracing } from './tracing/index.js'
+import { VERSION } from './http/ops.js'
 
 export interface App {
   config: Config
@@ -91,6 +93,11 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
   let opened: Db | undefined
   const cleanup: Array<() => Promise<void> | void> = []
   try {
+    // API.md §19: registered before anything that makes spans; shut down (flushing its spans) last
+    if (config.tracing) {
+      const tracing = startTracing(config.tracing, VERSION)
+      cleanup.push(() => tracing.shutdown().catch((e) => log.warn({ err: errorChain(e) }, 'the last spans could not be exported')))
+    }
     root.provide('tools', undefined, true)
     root.plugin(ToolRegistry)
     root.provide('systemPrompt', undefined, true)

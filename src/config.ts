@@ -40,6 +40,15 @@ export interface Config {
   tokenKeyRotationDays: number
   /** AGENTD_CORS_ORIGINS (API.md §18): origins whose browsers may call; empty answers no preflight */
   corsOrigins: string[]
+  /** API.md §19: OpenTelemetry traces; absent (nothing registered, nothing exported) unless an OTLP endpoint is set */
+  tracing?: TracingConfig
+}
+
+/** The OTLP exporter reads its own OTEL_EXPORTER_OTLP_* variables (endpoint, headers, timeout); these decide the rest. */
+export interface TracingConfig {
+  protocol: 'http/protobuf' | 'http/json'
+  /** OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: message contents on the chat and tool spans */
+  captureContent: boolean
 }
 
 export class ConfigError extends Error {
@@ -79,6 +88,27 @@ export function isOrigin(s: string): boolean {
   }
 }
 
+/**
+ * API.md §19: tracing is on when an OTLP endpoint is set (for all signals or for traces) and neither
+ * OTEL_SDK_DISABLED nor OTEL_TRACES_EXPORTER=none turns it off. Only the HTTP protocols are built in.
+ */
+export function tracingConfig(env: NodeJS.ProcessEnv): TracingConfig | undefined {
+  const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT
+  if (!endpoint?.trim()) return undefined
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined
+  const exporter = env.OTEL_TRACES_EXPORTER?.trim().toLowerCase()
+  if (exporter === 'none') return undefined
+  if (exporter && exporter !== 'otlp') throw new ConfigError(`OTEL_TRACES_EXPORTER must be otlp or none, got ${JSON.stringify(env.OTEL_TRACES_EXPORTER)}`)
+  // the endpoint may carry credentials: it is not repeated
+  if (!URL.canParse(endpoint.trim())) throw new ConfigError(`${env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'} is not a valid URL`)
+  const name = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL' : 'OTEL_EXPORTER_OTLP_PROTOCOL'
+  const protocol = (env[name] || 'http/protobuf').trim()
+  if (protocol !== 'http/protobuf' && protocol !== 'http/json') throw new ConfigError(`${name} must be http/protobuf or http/json (grpc is not built in; send to a collector over HTTP), got ${JSON.stringify(env[name])}`)
+  const capture = (env.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT ?? '').trim().toLowerCase()
+  if (capture !== '' && capture !== 'true' && capture !== 'false') throw new ConfigError(`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT must be true or false, got ${JSON.stringify(env.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)}`)
+  return { protocol, captureContent: capture === 'true' }
+}
+
 const list = (raw: string | undefined) => (raw ?? '').split(',').map((s) => s.trim()).filter(Boolean)
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -99,6 +129,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (compactionModel && !compactionModel.includes('/')) throw new ConfigError('AGENTD_COMPACTION_MODEL must be provider/modelId')
   const corsOrigins = list(env.AGENTD_CORS_ORIGINS)
   for (const o of corsOrigins) if (!isOrigin(o)) throw new ConfigError(`AGENTD_CORS_ORIGINS: ${JSON.stringify(o)} is not an origin (scheme://host[:port], nothing after it, e.g. https://app.example.com)`)
+  const tracing = tracingConfig(env)
   let secretKey: Buffer | undefined
   if (env.AGENTD_SECRET_KEY) {
     const k = parseSecretKey(env.AGENTD_SECRET_KEY)
@@ -133,5 +164,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     slowConsumerMs: int(env, 'AGENTD_SLOW_CONSUMER_MS', 30000, 100, 3_600_000),
     tokenKeyRotationDays: int(env, 'AGENTD_TOKEN_KEY_ROTATION_DAYS', 30, 1, 365),
     corsOrigins: [...new Set(corsOrigins)],
+    ...(tracing ? { tracing } : {}),
   }
 }

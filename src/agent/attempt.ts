@@ -13,6 +13,7 @@ import { AbortedError, TurnLlmError } from './errors.js'
 import { LeaseLostError, type UnitBuilder } from './log.js'
 import { addFirstCall, callCommitted, type AppendedCall } from './tool-effects.js'
 import { addStepEnd } from './ends.js'
+import type { AttemptTrace } from '../tracing/index.js'
 
 /** Process-local marker of loop requests (SPEC §7.6). */
 export const LOOP_REQUEST = Symbol.for('agentd.loopRequest')
@@ -58,7 +59,16 @@ export async function runAttempt(tc: TurnContext, proposal: Proposal, attempt: n
   // the frozen request, derived from the log (SPEC §8.9)
   const header = loop.state.latestHeader!.header
   const request = Object.freeze({ ...header.config, messages: Object.freeze(loop.state.deriveMessages()), ...(header.tools ? { tools: header.tools } : {}), sessionId: loop.id, signal: tc.signal, [LOOP_REQUEST]: true }) as unknown as LlmRequest
-  return dispatch(tc, request, prepared, used, proposal)
+  // API.md §19: the attempt's `chat` span, active while the model is called (its traceparent)
+  const traced = tc.trace.attempt({ provider: used.provider, model: used.model, step: tc.step, attempt, ...(used.maxTokens !== undefined ? { maxTokens: used.maxTokens } : {}) })
+  traced.input(() => request.messages)
+  try {
+    return await traced.within(() => dispatch(tc, request, prepared, used, proposal, traced))
+  } catch (e) {
+    // ends the span unless dispatch did (the first end wins)
+    traced.end({ failure: { code: tc.signal.aborted ? 'ABORTED' : e instanceof TurnLlmError ? e.failure.code : 'UNKNOWN' } })
+    throw e
+  }
 }
 
 /** The adapter's stream with its throws turned into a finish error chunk (SPEC §18.1). */
@@ -149,7 +159,7 @@ async function consume(source: AsyncIterable<StreamChunk>, signal: AbortSignal, 
 }
 
 /** A4: dispatch, stream and settle; the table of SPEC §9.3, row by row. */
-async function dispatch(tc: TurnContext, request: LlmRequest, prepared: PreparedCall | undefined, config: LlmCallConfig, proposal: Proposal): Promise<AttemptOutcome> {
+async function dispatch(tc: TurnContext, request: LlmRequest, prepared: PreparedCall | undefined, config: LlmCallConfig, proposal: Proposal, traced: AttemptTrace): Promise<AttemptOutcome> {
   const { turn, step, signal } = tc
   const attemptId = `${tc.loop.id}:${tc.loop.state.nextSeq}`
   // a throw from an llm/stream listener: no frames at all, a turn error
@@ -158,6 +168,11 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
   const { finished, iterError } = await consume(source, signal, live)
   const assembled = assembleBlocks(live.chunks)
   const success = finished && (assembled.finish?.kind === 'stop' || assembled.finish?.kind === 'tool-calls' || assembled.finish?.kind === 'max-tokens')
+  traced.end({
+    ...(assembled.finish ? { finish: assembled.finish.kind } : {}),
+    ...(assembled.usage ? { usage: assembled.usage } : {}),
+    ...(success ? { output: () => assembled.content } : { failure: { code: signal.aborted ? 'ABORTED' : (failureOf(assembled.finish)?.code ?? 'UNKNOWN') } }),
+  })
   const { provider, model } = config
   const settle = async (type: 'assistant/message' | 'assistant/attempt', data: Record<string, unknown>, more?: (u: UnitBuilder) => RowPatch | void) => {
     // the end frame follows the settlement's publication and precedes what rode in its unit

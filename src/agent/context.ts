@@ -15,6 +15,7 @@ import type { CommitResult, UnitBuilder } from './log.js'
 import type { SystemPromptService } from './prompt.js'
 import type { PendingCalls } from './pending.js'
 import type { ContinuationDuty } from './continuation.js'
+import { NOOP_TURN, type TurnTrace } from '../tracing/index.js'
 
 /** The session's definition as the driver uses it. */
 export interface AgentSpec {
@@ -23,6 +24,8 @@ export interface AgentSpec {
   tools: ToolSpec[]
   /** API.md §12, as of attach; the driver reads the current list before each step */
   mcpServers?: McpServerSpec[]
+  /** API.md §16: the agent the session was made from (the turn span's gen_ai.agent.*) */
+  agent?: { id: string; version: number; name?: string }
   maxTokens?: number
   reasoningEffort?: string
 }
@@ -171,13 +174,15 @@ export interface TurnContext {
   ended?: TurnEnded
   readonly abort: Abort
   readonly signal: AbortSignal
+  /** API.md §19: the turn's span (a no-op with tracing off) */
+  trace: TurnTrace
   readonly log: UnitLog
   readonly hooks: Hooks
   readonly notify: Notify
 }
 
 export function turnContext(loop: Loop, abort: Abort, turn: number, continues?: number): TurnContext {
-  return { loop, turn, ...(continues !== undefined ? { continues } : {}), step: 0, sawMaxTokens: false, abort, signal: abort.signal, log: loop.log, hooks: loop.hooks, notify: loop.notify }
+  return { loop, turn, ...(continues !== undefined ? { continues } : {}), step: 0, sawMaxTokens: false, abort, signal: abort.signal, trace: NOOP_TURN, log: loop.log, hooks: loop.hooks, notify: loop.notify }
 }
 
 /** A closer that failed to commit: this process can no longer append (SPEC §5.7). */

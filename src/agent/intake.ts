@@ -7,6 +7,7 @@ import { ApiError, sessionNotFound } from '../errors.js'
 import { applySplice, canonicalJson, findPending, InboxError, planClear, planDelivery, planSplice, type DeliveryRoute, type Draft, type Inbox, type SessionEvent, type UserMessage } from '../session/index.js'
 import { answerPending, appendConditional, findIdempotency, readForIntake, stamp, writeEvents, type Db, type LeanRow, type Queryable, type RowPatch, type SessionRow, type SideRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
+import { stampTraceparent } from '../tracing/index.js'
 import type { Publisher } from './publish.js'
 
 export interface Accepted {
@@ -78,6 +79,8 @@ export class Intake {
    */
   async deliver(row: SessionRow, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<Accepted & { replayed: boolean }> {
     const { key, id } = row
+    // API.md §19: the request queueing it travels with the durable input, for the turn that claims it
+    message = stampTraceparent(message)
     if (this.d.publisher.isPublishing(key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     let preloaded = row.inbox ? { ...row, inbox: structuredClone(row.inbox) } : undefined
     return this.d.mutex.run(key, async () => {
@@ -117,6 +120,7 @@ export class Intake {
    * a named one — and the caller authenticates against the database and delivers as usual.
    */
   async deliverLocal(sessionId: string, tenantId: string, keyId: string | undefined, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<(Accepted & { replayed: boolean }) | null> {
+    message = stampTraceparent(message)
     const agent = this.d.agents?.local?.(sessionId)
     if (!agent || agent.tenantId !== tenantId) return null
     const { key } = agent

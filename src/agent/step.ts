@@ -30,6 +30,7 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
       return { value: c }
     })
     claimed = r.value
+    tc.trace.claimed(claimed)
     for (const message of claimed) tc.notify('agent/inbox/claimed', { message, turn: tc.turn })
   }
   const sp = loop.services.systemPrompt
@@ -132,5 +133,6 @@ export async function runStep(tc: TurnContext, proposal: Proposal): Promise<Step
     )
     tc.abort.check()
     if (decision?.kind !== 'retry') throw new TurnLlmError(r.failure)
+    tc.trace.retrying(r.failure)
   }
 }

@@ -12,6 +12,7 @@ import type { UnitBuilder } from './log.js'
 import type { Phase, Phases } from './phases.js'
 import { proposeStep, runStep, type StepResult } from './step.js'
 import { decideContinuation, type ContinuationDecision, type ContinuationDuty } from './continuation.js'
+import { traceTurn } from '../tracing/index.js'
 
 /** A turn whose turn/start and first claim committed. */
 export interface OpenedTurn {
@@ -159,8 +160,24 @@ export async function drive(ctl: DriverControl, first: OpenedTurn): Promise<void
   }
 }
 
-/** SPEC §6.2, line by line; the turn's first claim came with its turn/start. */
+/**
+ * A turn inside its `invoke_agent` span (API.md §19), linked to the requests that queued what it
+ * claims; the span ends with the turn's end reason, or unended-reason `lost` when this process can no
+ * longer append.
+ */
 export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promise<AfterTurn> {
+  const { loop } = tc
+  tc.trace = traceTurn({ sessionId: loop.id, tenantId: loop.tenantId, turn: tc.turn, ...(tc.continues !== undefined ? { continues: tc.continues } : {}), ...(loop.spec.agent ? { agent: loop.spec.agent } : {}) }, firstClaim)
+  let reason: TurnEndReason | { kind: 'lost' } = { kind: 'lost' }
+  try {
+    return await tc.trace.within(() => turnBody(tc, firstClaim, (r) => (reason = r)))
+  } finally {
+    tc.trace.end(reason)
+  }
+}
+
+/** SPEC §6.2, line by line; the turn's first claim came with its turn/start. */
+async function turnBody(tc: TurnContext, firstClaim: UserMessage[], decided: (reason: TurnEndReason) => void): Promise<AfterTurn> {
   const { loop, turn } = tc
   const metrics = loop.services.metrics
   const started = process.hrtime.bigint()
@@ -232,6 +249,7 @@ export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promi
       loop.logger.warn({ turn, step: tc.step, code: error.code, err: error.message }, 'turn failed')
     }
   }
+  decided(reason!)
   const after = ended
     ? ended.after
     : (

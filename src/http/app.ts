@@ -26,6 +26,7 @@ import { webhookRoutes } from './webhooks.js'
 import { jwksRoute, tokenRoutes } from './tokens.js'
 import { corsPlugin } from './cors.js'
 import { collectRoutes, type RouteDoc } from './openapi.js'
+import { httpTracing } from '../tracing/index.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
 const MAX_PARAM_LENGTH = 1000
@@ -48,6 +49,9 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
   }) as unknown as FastifyInstance
   const routes: RouteDoc[] = []
   collectRoutes(app, routes)
+  // API.md §19: the request spans, before every hook and route
+  const traced = httpTracing()
+  if (traced) await app.register(traced)
 
   await app.register(connectionsPlugin)
   await app.register(errorsPlugin)

@@ -14,7 +14,7 @@ const HERE = path.dirname(fileURLToPath(import.meta.url))
 export const WEB_DIR = path.resolve(HERE, '../../web')
 /** The SDK's library build (`tsc -p clients/typescript`): the console imports it as ES modules. */
 export const SDK_DIR = path.resolve(HERE, '../../clients/typescript/dist')
-const VERSION = (() => {
+export const VERSION = (() => {
   try {
     return JSON.parse(fs.readFileSync(path.resolve(HERE, '../../package.json'), 'utf8')).version as string
   } catch {

@@ -20,6 +20,7 @@ import {
 import type { Json, LlmFailure, StreamChunk, TokenUsage } from '../session/index.js'
 import { buildReplayState } from './convert.js'
 import { classifyFailure } from './failures.js'
+import { traceHeaders } from '../tracing/index.js'
 import { observeHttp, type HttpObservation, type HttpWindow } from './http-observer.js'
 
 /** What one attempt authenticates with: resolved for it alone, never stored. */
@@ -110,7 +111,9 @@ export async function* runAdapter(call: AdapterCall): AsyncGenerator<StreamChunk
       },
     }
     if (apiKey !== undefined) options.apiKey = apiKey
-    if (headers !== undefined) options.headers = headers
+    // API.md §19: the attempt's chat span (not a credential: added after the secrets were listed)
+    const trace = traceHeaders()
+    if (headers !== undefined || trace) options.headers = { ...headers, ...trace }
     if (env !== undefined) options.env = env
     if (call.maxTokens !== undefined) options.maxTokens = call.maxTokens
     if (call.temperature !== undefined) options.temperature = call.temperature

@@ -3,6 +3,7 @@
 
 import net from 'node:net'
 import { Agent, fetch as undiciFetch } from 'undici'
+import { traceHeaders } from '../tracing/index.js'
 import { defaultResolver, guardedLookup, RefusedAddress, type HostPolicy, type Resolver } from './hosts.js'
 
 export interface GuardedFetch {
@@ -25,6 +26,13 @@ export function guardedFetch(url: URL, policy: HostPolicy, resolve: Resolver = d
       if (net.isIP(hostname)) {
         const refused = policy.check(hostname, port, hostname)
         if (refused) return Promise.reject(new RefusedAddress(refused))
+      }
+      // API.md §19: the active span's traceparent (an MCP call's execute_tool span)
+      const trace = traceHeaders()
+      if (trace) {
+        const headers = new Headers(init?.headers)
+        for (const [k, v] of Object.entries(trace)) headers.set(k, v)
+        init = { ...init, headers }
       }
       return undiciFetch(input, { ...(init as object), dispatcher: agent } as never) as unknown as Promise<Response>
     },

@@ -6,6 +6,7 @@ import https from 'node:https'
 import net from 'node:net'
 import type { ContentBlock } from '../session/index.js'
 import { scrub } from './headers.js'
+import { traceHeaders } from '../tracing/index.js'
 import { defaultResolver, guardedLookup, RefusedAddress, type HostPolicy, type Resolver } from './hosts.js'
 
 export const DEFAULT_HTTP_TOOL_TIMEOUT_MS = 30000
@@ -156,6 +157,8 @@ export function callHttpTool(o: HttpToolCall): Promise<HttpToolOutcome> {
       path: `${url.pathname}${url.search}`,
       headers: {
         ...(o.headers ?? {}),
+        // API.md §19: the call's execute_tool span
+        ...traceHeaders(),
         'content-type': 'application/json',
         'content-length': String(payload.length),
         accept: 'application/json',

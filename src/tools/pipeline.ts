@@ -11,6 +11,7 @@ import { MissingSecretError, resolveHeaders, type SecretResolver } from './heade
 import type { HostPolicy } from './hosts.js'
 import type { RegisteredTool } from './registry.js'
 import { parseToolArguments, runToolBatch, type PrepareDecision, type ToolCallPlan } from './scheduler.js'
+import { traceTool } from '../tracing/index.js'
 
 /** A session's tool as API.md §4 defines it (validated at creation). */
 export interface ToolSpec {
@@ -109,7 +110,8 @@ export async function runToolCalls(calls: readonly ToolCallBlock[], env: ToolEnv
     isParallel: (p) => isParallel(env, p),
     appendCall: (p) => fx.appendCall(p, callKind(env, p)),
     prepare: (p, callSeq) => prepareCall(env, fx, p, callSeq),
-    execute: (p, callSeq) => timed(env, p, () => executeCall(env, fx, p, callSeq)),
+    // API.md §19: the call's execute_tool span, active while it runs (an http tool's and an MCP server's traceparent)
+    execute: (p, callSeq) => traceTool({ name: p.name, callId: p.callId, type: toolKind(env, p.name), arguments: p.rawArguments }, () => timed(env, p, () => executeCall(env, fx, p, callSeq))),
     notRun: (_p, decision) => notRun(decision),
     commit: async (p, callSeq, outcome, last) => {
       const finished = await finishCall(env, p, outcome)

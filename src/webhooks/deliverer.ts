@@ -8,6 +8,8 @@ import type { Metrics } from '../metrics.js'
 import { webhooks as store, type ClaimedDelivery, type Db } from '../store/index.js'
 import type { HostPolicy, Resolver } from '../tools/index.js'
 import { postWebhook, type PostResult } from './post.js'
+import { SpanKind, traceHeaders, traceSpan } from '../tracing/index.js'
+import { AGENTD_WEBHOOK_EVENT, SPAN_WEBHOOK } from '../tracing/attributes.js'
 import { sign } from './sign.js'
 
 const SECOND = 1000
@@ -170,15 +172,19 @@ export class Deliverer {
     const body = deliveryBody(c)
     const startedAt = Date.now()
     const ts = Math.floor(startedAt / 1000)
-    const r: PostResult = await postWebhook({
-      url: c.url,
-      body,
-      headers: { 'webhook-id': c.id, 'webhook-timestamp': String(ts), 'webhook-signature': sign(c.secret, c.id, ts, body) },
-      timeoutMs: this.options.timeoutMs,
-      policy: this.d.policy,
-      resolve: this.d.resolve,
-      signal: this.abort.signal,
-    })
+    // API.md §19: each attempt is a span of its own, and the POST carries its traceparent; not its URL,
+    // which may hold credentials
+    const post = () =>
+      postWebhook({
+        url: c.url,
+        body,
+        headers: { ...traceHeaders(), 'webhook-id': c.id, 'webhook-timestamp': String(ts), 'webhook-signature': sign(c.secret, c.id, ts, body) },
+        timeoutMs: this.options.timeoutMs,
+        policy: this.d.policy,
+        resolve: this.d.resolve,
+        signal: this.abort.signal,
+      })
+    const r: PostResult = await traceSpan(`${SPAN_WEBHOOK} ${c.type}`, { [AGENTD_WEBHOOK_EVENT]: c.type }, post, { root: true, kind: SpanKind.CLIENT, failed: (x) => (x.kind === 'ok' ? undefined : x.kind) })
     this.attempts.inc({ outcome: r.kind })
     const now = Date.now()
     const delivered = r.kind === 'ok'
