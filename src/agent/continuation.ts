@@ -24,6 +24,8 @@ export interface ContinuationDuty {
   turn: number
   /** SPEC §19.2: claimed by that turn (or inherited from the turn it continued) and never admitted */
   carried: UserMessage[]
+  /** everything that turn and the turns it continued claimed, admitted or not: their requests are linked from the continuation's span (API.md §19) */
+  inputs: UserMessage[]
   /** how many turns, counted back from `turn`, are crash-interrupted continuations that settled no assistant/message */
   failedContinuations: number
 }
@@ -74,9 +76,14 @@ export function continuationDuty(events: readonly SessionEvent[], owedTurn: numb
     seen.add(m.id)
     return true
   })
+  const inputIds = new Set<string>()
+  const inputs: UserMessage[] = []
+  for (let t: TurnRecord | undefined = last, depth = 0; t && depth < 10_000; t = t.continues !== undefined ? turns.get(t.continues) : undefined, depth++) {
+    for (const m of t.claimed) if (!inputIds.has(m.id)) inputIds.add(m.id) && inputs.push(m)
+  }
   let failedContinuations = 0
   for (let t: TurnRecord | undefined = last; t && t.continues !== undefined && t.end === 'interrupted' && !t.answered; t = turns.get(t.turn - 1)) failedContinuations++
-  return { turn: last.turn, carried, failedContinuations }
+  return { turn: last.turn, carried, inputs, failedContinuations }
 }
 
 /**

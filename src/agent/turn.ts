@@ -23,6 +23,8 @@ export interface OpenedTurn {
   newlyClaimed: UserMessage[]
   /** SPEC §19.3: the crash-interrupted turn this one continues */
   continues?: number
+  /** API.md §19: a continuation's span links the requests of the interrupted turn's inputs too */
+  continuedInputs?: UserMessage[]
 }
 
 /** What the driver needs of its Agent (agent.ts). */
@@ -98,7 +100,7 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
           u.add({ type: 'turn/start', data: { turn, continues: duty.turn } })
           const { splices, claimed } = planClaim(loop.state.inbox, 'next-step')
           for (const s of splices) u.add({ type: 'agent/inbox/spliced', data: s as unknown as Json })
-          return { patch: { runState: 'running', cancelPending: false, wakeLatched: false, ...spent }, value: { turn, continues: duty.turn, claimed: [...duty.carried, ...claimed], newlyClaimed: claimed } }
+          return { patch: { runState: 'running', cancelPending: false, wakeLatched: false, ...spent }, value: { turn, continues: duty.turn, claimed: [...duty.carried, ...claimed], newlyClaimed: claimed, continuedInputs: duty.inputs } }
         }
       }
       const work = hasPending(loop.state.inbox)
@@ -148,7 +150,7 @@ function waitForSlot(e: unknown): null {
 export async function drive(ctl: DriverControl, first: OpenedTurn): Promise<void> {
   let next: OpenedTurn | null = first
   while (next) {
-    const after = await runTurn(turnContext(ctl.loop, ctl.run.current!, next.turn, next.continues), next.claimed)
+    const after = await runTurn(turnContext(ctl.loop, ctl.run.current!, next.turn, next.continues), next.claimed, next.continuedInputs)
     if (after === 'idle') return
     if (after === 'latched') {
       // leaving the driver makes the Agent idle; the latch wakes it once more
@@ -165,9 +167,10 @@ export async function drive(ctl: DriverControl, first: OpenedTurn): Promise<void
  * claims; the span ends with the turn's end reason, or unended-reason `lost` when this process can no
  * longer append.
  */
-export async function runTurn(tc: TurnContext, firstClaim: UserMessage[]): Promise<AfterTurn> {
+export async function runTurn(tc: TurnContext, firstClaim: UserMessage[], continuedInputs: UserMessage[] = []): Promise<AfterTurn> {
   const { loop } = tc
-  tc.trace = traceTurn({ sessionId: loop.id, tenantId: loop.tenantId, turn: tc.turn, ...(tc.continues !== undefined ? { continues: tc.continues } : {}), ...(loop.spec.agent ? { agent: loop.spec.agent } : {}) }, firstClaim)
+  const linked = continuedInputs.length ? [...continuedInputs, ...firstClaim.filter((m) => !continuedInputs.some((c) => c.id === m.id))] : firstClaim
+  tc.trace = traceTurn({ sessionId: loop.id, tenantId: loop.tenantId, turn: tc.turn, ...(tc.continues !== undefined ? { continues: tc.continues } : {}), ...(loop.spec.agent ? { agent: loop.spec.agent } : {}) }, linked)
   let reason: TurnEndReason | { kind: 'lost' } = { kind: 'lost' }
   try {
     return await tc.trace.within(() => turnBody(tc, firstClaim, (r) => (reason = r)))

@@ -33,11 +33,16 @@ export interface MockStep {
   /** after the deltas, never finish: wait until the client goes away */
   hang?: boolean
   delayMs?: number
+  /** answer this HTTP error status instead of a stream (with `headers`, e.g. retry-after-ms) */
+  status?: number
+  headers?: Record<string, string>
 }
 
 export interface MockRequest {
   marker: string | null
   body: any
+  /** the request's headers (lower-case names) */
+  headers: http.IncomingHttpHeaders
   at: number
   /** the client closed the connection before the answer ended */
   closedEarly: boolean
@@ -99,7 +104,7 @@ export async function startMockLlm(): Promise<MockLlm> {
         break
       }
     }
-    const rec: MockRequest = { marker, body, at: Date.now(), closedEarly: false, finished: false }
+    const rec: MockRequest = { marker, body, headers: { ...req.headers }, at: Date.now(), closedEarly: false, finished: false }
     records.push(rec)
     const mk = marker ?? '?'
     inFlight.set(mk, (inFlight.get(mk) ?? 0) + 1)
@@ -133,6 +138,13 @@ export async function startMockLlm(): Promise<MockLlm> {
     const s: MockStep = typeof step === 'function' ? step(rec) : step
     if (s.delayMs) await sleep(s.delayMs)
     if (gone) return
+    if (s.status) {
+      rec.finished = true
+      leave()
+      res.writeHead(s.status, { 'content-type': 'application/json', ...(s.headers ?? {}) })
+      res.end(JSON.stringify({ error: { message: `mock: scripted ${s.status}`, type: s.status === 429 ? 'rate_limit_error' : 'server_error' } }))
+      return
+    }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
     const id = `chatcmpl-${records.length}`
     const send = (data: unknown) => {
@@ -199,6 +211,7 @@ export interface ToolCallRecord {
   route: 'hold' | 'echo'
   key?: string
   body: any
+  headers: http.IncomingHttpHeaders
   /** the caller went away before the answer */
   closedEarly: boolean
 }
@@ -229,7 +242,7 @@ export async function startToolServer(): Promise<ToolServer> {
       res.writeHead(404).end()
       return
     }
-    const rec: ToolCallRecord = { route: m[1] as 'hold' | 'echo', key: m[2], body, closedEarly: false }
+    const rec: ToolCallRecord = { route: m[1] as 'hold' | 'echo', key: m[2], body, headers: { ...req.headers }, closedEarly: false }
     records.push(rec)
     let finished = false
     res.on('close', () => {

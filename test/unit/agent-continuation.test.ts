@@ -114,6 +114,8 @@ describe('continuationDuty (SPEC §19.2–§19.3)', () => {
     b.user(userMsg('s2', 'steer'))
     duty = continuationDuty(b.log, repair(b))!
     expect(duty.carried).toEqual([])
+    // API.md §19: what the chain of interrupted turns claimed, admitted or not, for the continuation's trace links
+    expect(ids(duty.inputs).sort()).toEqual(['p1', 's2'])
     expect(duty.failedContinuations).toBe(2)
     expect(decideContinuation(duty, { limit: 2, cancelPending: false, runState: 'running' })).toBe('crash-loop')
     expect(decideContinuation(duty, { limit: 3, cancelPending: false, runState: 'running' })).toBe('continue')
@@ -143,7 +145,7 @@ describe('continuationDuty (SPEC §19.2–§19.3)', () => {
 })
 
 describe('decideContinuation (SPEC §19.5)', () => {
-  const duty = { turn: 1, carried: [], failedContinuations: 0 }
+  const duty = { turn: 1, carried: [], inputs: [], failedContinuations: 0 }
   it('continues unless turned off, cancelled or already spent', () => {
     expect(decideContinuation(duty, { limit: 2, cancelPending: false, runState: 'running' })).toBe('continue')
     expect(decideContinuation(duty, { limit: 2, cancelPending: false, runState: 'wanted' })).toBe('continue')
