@@ -44,9 +44,17 @@ export interface Config {
   tracing?: TracingConfig
 }
 
-/** The OTLP exporter reads its own OTEL_EXPORTER_OTLP_* variables (endpoint, headers, timeout); these decide the rest. */
+/** API.md §19: where and how spans are exported (the standard OTEL_* variables, read here once). */
 export interface TracingConfig {
+  /** the traces URL: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces */
+  url: string
   protocol: 'http/protobuf' | 'http/json'
+  /** OTEL_EXPORTER_OTLP_(TRACES_)HEADERS: sent to the collector, never logged */
+  headers: Record<string, string>
+  /** OTEL_SERVICE_NAME (default agentd) */
+  serviceName: string
+  /** OTEL_BSP_SCHEDULE_DELAY: ms between two batch exports (the SDK's default 5000) */
+  scheduleDelayMs?: number
   /** OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: message contents on the chat and tool spans */
   captureContent: boolean
 }
@@ -93,20 +101,35 @@ export function isOrigin(s: string): boolean {
  * OTEL_SDK_DISABLED nor OTEL_TRACES_EXPORTER=none turns it off. Only the HTTP protocols are built in.
  */
 export function tracingConfig(env: NodeJS.ProcessEnv): TracingConfig | undefined {
-  const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT
-  if (!endpoint?.trim()) return undefined
+  const endpoint = (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT)?.trim()
+  if (!endpoint) return undefined
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined
   const exporter = env.OTEL_TRACES_EXPORTER?.trim().toLowerCase()
   if (exporter === 'none') return undefined
   if (exporter && exporter !== 'otlp') throw new ConfigError(`OTEL_TRACES_EXPORTER must be otlp or none, got ${JSON.stringify(env.OTEL_TRACES_EXPORTER)}`)
   // the endpoint may carry credentials: it is not repeated
-  if (!URL.canParse(endpoint.trim())) throw new ConfigError(`${env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'} is not a valid URL`)
+  const endpointName = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'
+  if (!URL.canParse(endpoint) || !/^https?:$/.test(new URL(endpoint).protocol)) throw new ConfigError(`${endpointName} must be an http:// or https:// URL`)
+  const url = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ? endpoint : `${endpoint.replace(/\/+$/, '')}/v1/traces`
+  const headersName = env.OTEL_EXPORTER_OTLP_TRACES_HEADERS ? 'OTEL_EXPORTER_OTLP_TRACES_HEADERS' : 'OTEL_EXPORTER_OTLP_HEADERS'
+  const headers: Record<string, string> = {}
+  for (const pair of list(env[headersName])) {
+    const eq = pair.indexOf('=')
+    // the value is not repeated: it is usually the collector's credential
+    if (eq <= 0) throw new ConfigError(`${headersName} must be key=value pairs separated by commas`)
+    try {
+      headers[decodeURIComponent(pair.slice(0, eq).trim())] = decodeURIComponent(pair.slice(eq + 1).trim())
+    } catch {
+      throw new ConfigError(`${headersName}: a malformed percent-encoding`)
+    }
+  }
   const name = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL' : 'OTEL_EXPORTER_OTLP_PROTOCOL'
   const protocol = (env[name] || 'http/protobuf').trim()
   if (protocol !== 'http/protobuf' && protocol !== 'http/json') throw new ConfigError(`${name} must be http/protobuf or http/json (grpc is not built in; send to a collector over HTTP), got ${JSON.stringify(env[name])}`)
   const capture = (env.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT ?? '').trim().toLowerCase()
   if (capture !== '' && capture !== 'true' && capture !== 'false') throw new ConfigError(`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT must be true or false, got ${JSON.stringify(env.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)}`)
-  return { protocol, captureContent: capture === 'true' }
+  const delay = env.OTEL_BSP_SCHEDULE_DELAY?.trim() ? int(env, 'OTEL_BSP_SCHEDULE_DELAY', 5000, 1, 3_600_000) : undefined
+  return { url, protocol, headers, serviceName: env.OTEL_SERVICE_NAME?.trim() || 'agentd', ...(delay !== undefined ? { scheduleDelayMs: delay } : {}), captureContent: capture === 'true' }
 }
 
 const list = (raw: string | undefined) => (raw ?? '').split(',').map((s) => s.trim()).filter(Boolean)

@@ -3,12 +3,17 @@
 // stamped with it). Named `METHOD /route`; `url.path` without the query, which may hold
 // `?access_token=` (API.md §18). Lifecycle hooks and handlers get no spans of their own.
 
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
 import { FastifyOtelInstrumentation } from '@fastify/otel'
-import { ATTR_HTTP_ROUTE, ATTR_URL_PATH } from '@opentelemetry/semantic-conventions'
+import type { Span } from '@opentelemetry/api'
+import { ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE, ATTR_URL_PATH } from '@opentelemetry/semantic-conventions'
 import { tracingRuntime } from './setup.js'
 
+const spanOf = (req: FastifyRequest): Span | null | undefined => (req as unknown as { opentelemetry?: () => { span?: Span | null } }).opentelemetry?.().span
+
 /** The fastify plugin to register first, before any route; undefined with tracing off. */
-export function httpTracing(): ReturnType<FastifyOtelInstrumentation['plugin']> | undefined {
+export function httpTracing(): ((app: FastifyInstance) => Promise<void>) | undefined {
   if (!tracingRuntime()) return undefined
   const instrumentation = new FastifyOtelInstrumentation({
     instrumentHooks: false,
@@ -21,5 +26,18 @@ export function httpTracing(): ReturnType<FastifyOtelInstrumentation['plugin']> 
       if (route) span.setAttribute(ATTR_HTTP_ROUTE, route)
     },
   })
-  return instrumentation.plugin()
+  return fp(async (app: FastifyInstance) => {
+    await app.register(instrumentation.plugin())
+    // a stream (SSE, a WebSocket's upgrade) answers outside fastify's reply, whose onSend would end
+    // the span: it ends when the response does
+    app.addHook('onRequest', (req, reply, done) => {
+      reply.raw.once('close', () => {
+        const span = spanOf(req)
+        if (!span?.isRecording()) return
+        span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, reply.raw.statusCode)
+        span.end()
+      })
+      done()
+    })
+  })
 }

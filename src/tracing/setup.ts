@@ -24,19 +24,21 @@ let current: TracingRuntime | undefined
 export const tracingRuntime = (): TracingRuntime | undefined => current
 
 /**
- * Registers the SDK globally: the provider (its sampler, limits and batch settings from the standard
- * OTEL_* variables), a batch processor over the OTLP/HTTP exporter of the configured protocol (its
- * endpoint, headers and timeout from OTEL_EXPORTER_OTLP_*), W3C trace context and an
+ * Registers the SDK globally: the provider (its sampler and limits from the standard OTEL_* variables),
+ * a batch processor over the OTLP/HTTP exporter of the configured protocol, URL and headers (its
+ * timeout from OTEL_EXPORTER_OTLP_TIMEOUT), W3C trace context and an
  * AsyncLocalStorage context manager. A second call answers the first runtime: the globals are the process's.
  */
 export function startTracing(config: TracingConfig, version: string): TracingRuntime {
   if (current) return current
-  const exporter = config.protocol === 'http/json' ? new JsonExporter() : new ProtoExporter()
-  // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (envDetector) win over agentd's defaults
+  const options = { url: config.url, headers: config.headers }
+  const exporter = config.protocol === 'http/json' ? new JsonExporter(options) : new ProtoExporter(options)
+  // OTEL_RESOURCE_ATTRIBUTES (envDetector) adds to agentd's; OTEL_SERVICE_NAME (config) names it
   const resource = defaultResource()
-    .merge(resourceFromAttributes({ [ATTR_SERVICE_NAME]: 'agentd', [ATTR_SERVICE_VERSION]: version }))
     .merge(detectResources({ detectors: [envDetector] }))
-  const provider = new BasicTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(exporter)] })
+    .merge(resourceFromAttributes({ [ATTR_SERVICE_NAME]: config.serviceName, [ATTR_SERVICE_VERSION]: version }))
+  const batch = new BatchSpanProcessor(exporter, config.scheduleDelayMs !== undefined ? { scheduledDelayMillis: config.scheduleDelayMs } : {})
+  const provider = new BasicTracerProvider({ resource, spanProcessors: [batch] })
   const contextManager = new AsyncLocalStorageContextManager().enable()
   context.setGlobalContextManager(contextManager)
   propagation.setGlobalPropagator(new W3CTraceContextPropagator())
