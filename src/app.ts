@@ -8,7 +8,7 @@ import { Agent, Agents, Intake, KeyedMutex, Publisher, Sessions, SystemPromptSer
 import { Feeds, LiveAttempts, LocalHub, PgBus, type Bus, type LiveFrame } from './bus/index.js'
 import { Credentials } from './credentials/index.js'
 import { createRoot, type Context } from './hooks/index.js'
-import { buildHttp, Listener, type DriverControl } from './http/index.js'
+import { buildHttp, Listener, VERSION, type DriverControl } from './http/index.js'
 import { Metrics } from './metrics.js'
 import type { LlmService, LlmServiceOptions } from './llm/index.js'
 import { COMPACTOR, loadBuiltinPlugins, loadServerPlugins, type Compactor } from './plugins/index.js'
@@ -21,7 +21,6 @@ import { ApiError } from './errors.js'
 import { ensureDefaultAgent, ensureEmbeddedTenant } from './embedded-tenant.js'
 import { pluginConfigError, preflight, reachDatabase } from './preflight.js'
 import { startTracing } from './tracing/index.js'
-import { VERSION } from './http/ops.js'
 
 export interface App {
   config: Config

@@ -101,19 +101,23 @@ export function isOrigin(s: string): boolean {
  * OTEL_SDK_DISABLED nor OTEL_TRACES_EXPORTER=none turns it off. Only the HTTP protocols are built in.
  */
 export function tracingConfig(env: NodeJS.ProcessEnv): TracingConfig | undefined {
-  const endpoint = (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT)?.trim()
+  const traces = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim()
+  const endpoint = traces || env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim()
   if (!endpoint) return undefined
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined
   const exporter = env.OTEL_TRACES_EXPORTER?.trim().toLowerCase()
   if (exporter === 'none') return undefined
   if (exporter && exporter !== 'otlp') throw new ConfigError(`OTEL_TRACES_EXPORTER must be otlp or none, got ${JSON.stringify(env.OTEL_TRACES_EXPORTER)}`)
   // the endpoint may carry credentials: it is not repeated
-  const endpointName = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'
+  const endpointName = traces ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT'
   if (!URL.canParse(endpoint) || !/^https?:$/.test(new URL(endpoint).protocol)) throw new ConfigError(`${endpointName} must be an http:// or https:// URL`)
-  const url = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ? endpoint : `${endpoint.replace(/\/+$/, '')}/v1/traces`
+  const url = traces ? endpoint : `${endpoint.replace(/\/+$/, '')}/v1/traces`
+  const rawProtocol = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL || env.OTEL_EXPORTER_OTLP_PROTOCOL
+  const protocol = (rawProtocol || 'http/protobuf').trim()
+  if (protocol !== 'http/protobuf' && protocol !== 'http/json') throw new ConfigError(`${env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL' : 'OTEL_EXPORTER_OTLP_PROTOCOL'} must be http/protobuf or http/json (grpc is not built in: send over HTTP, to a collector if need be), got ${JSON.stringify(rawProtocol)}`)
   const headersName = env.OTEL_EXPORTER_OTLP_TRACES_HEADERS ? 'OTEL_EXPORTER_OTLP_TRACES_HEADERS' : 'OTEL_EXPORTER_OTLP_HEADERS'
   const headers: Record<string, string> = {}
-  for (const pair of list(env[headersName])) {
+  for (const pair of list(env.OTEL_EXPORTER_OTLP_TRACES_HEADERS || env.OTEL_EXPORTER_OTLP_HEADERS)) {
     const eq = pair.indexOf('=')
     // the value is not repeated: it is usually the collector's credential
     if (eq <= 0) throw new ConfigError(`${headersName} must be key=value pairs separated by commas`)
@@ -123,9 +127,6 @@ export function tracingConfig(env: NodeJS.ProcessEnv): TracingConfig | undefined
       throw new ConfigError(`${headersName}: a malformed percent-encoding`)
     }
   }
-  const name = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL' : 'OTEL_EXPORTER_OTLP_PROTOCOL'
-  const protocol = (env[name] || 'http/protobuf').trim()
-  if (protocol !== 'http/protobuf' && protocol !== 'http/json') throw new ConfigError(`${name} must be http/protobuf or http/json (grpc is not built in; send to a collector over HTTP), got ${JSON.stringify(env[name])}`)
   const capture = (env.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT ?? '').trim().toLowerCase()
   if (capture !== '' && capture !== 'true' && capture !== 'false') throw new ConfigError(`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT must be true or false, got ${JSON.stringify(env.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)}`)
   const delay = env.OTEL_BSP_SCHEDULE_DELAY?.trim() ? int(env, 'OTEL_BSP_SCHEDULE_DELAY', 5000, 1, 3_600_000) : undefined

@@ -2,3 +2,4 @@
 export { buildHttp } from './app.js'
 export { Listener } from './listener.js'
 export type { DriverControl, HttpDeps } from './deps.js'
+export { VERSION } from './ops.js'

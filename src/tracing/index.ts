@@ -10,6 +10,8 @@ import { tracingRuntime } from './setup.js'
 
 export { startTracing, tracingRuntime, type TracingRuntime } from './setup.js'
 export { httpTracing } from './http.js'
+/** the span and attribute names, for the few spans other folders open themselves (traceSpan) */
+export * as TRACE_ATTRIBUTES from './attributes.js'
 
 const tracer = () => trace.getTracer('agentd')
 

@@ -8,8 +8,7 @@ import type { Metrics } from '../metrics.js'
 import { webhooks as store, type ClaimedDelivery, type Db } from '../store/index.js'
 import type { HostPolicy, Resolver } from '../tools/index.js'
 import { postWebhook, type PostResult } from './post.js'
-import { SpanKind, traceHeaders, traceSpan } from '../tracing/index.js'
-import { AGENTD_WEBHOOK_EVENT, SPAN_WEBHOOK } from '../tracing/attributes.js'
+import { SpanKind, TRACE_ATTRIBUTES as A, traceHeaders, traceSpan } from '../tracing/index.js'
 import { sign } from './sign.js'
 
 const SECOND = 1000
@@ -184,7 +183,7 @@ export class Deliverer {
         resolve: this.d.resolve,
         signal: this.abort.signal,
       })
-    const r: PostResult = await traceSpan(`${SPAN_WEBHOOK} ${c.type}`, { [AGENTD_WEBHOOK_EVENT]: c.type }, post, { root: true, kind: SpanKind.CLIENT, failed: (x) => (x.kind === 'ok' ? undefined : x.kind) })
+    const r: PostResult = await traceSpan(`${A.SPAN_WEBHOOK} ${c.type}`, { [A.AGENTD_WEBHOOK_EVENT]: c.type }, post, { root: true, kind: SpanKind.CLIENT, failed: (x) => (x.kind === 'ok' ? undefined : x.kind) })
     this.attempts.inc({ outcome: r.kind })
     const now = Date.now()
     const delivered = r.kind === 'ok'
