@@ -9,6 +9,7 @@ import { agentOf, errorChain, newMessageId, type Agent } from '../agent/index.js
 import { assembleBlocks, estimateText, nodeTokens, type ContentBlock, type Json, type LlmCallConfig, type LlmFailure, type Message, type SessionState, type StreamChunk, type SurfaceNode, type TokenUsage } from '../session/index.js'
 import type { LlmRequest, LlmService } from '../llm/index.js'
 import { PRUNER, type Pruner } from './tool-result-pruner.js'
+import { annotateSpan, TRACE_ATTRIBUTES as A, traceSpan } from '../tracing/index.js'
 
 export interface CompactionConfig {
   thresholdRatio: number
@@ -160,6 +161,13 @@ function sessionSettings(state: SessionState): Omit<LlmCallConfig, 'provider' | 
  * Returns whether the surface changed.
  */
 export async function summarize(agent: Agent, d: SummaryDeps, turn: number | null, retainBudget: number, signal: AbortSignal, openStepFirstSeq?: number): Promise<boolean> {
+  // API.md §19: a span of its own, inside the turn's when a turn compacts (its summary call's chat
+  // span is the adapter's HTTP call, not a turn attempt)
+  const attributes = { [A.GEN_AI_CONVERSATION_ID]: agent.id, ...(turn !== null ? { [A.AGENTD_TURN]: turn } : {}) }
+  return traceSpan(A.SPAN_COMPACTION, attributes, () => summarizeRange(agent, d, turn, retainBudget, signal, openStepFirstSeq))
+}
+
+async function summarizeRange(agent: Agent, d: SummaryDeps, turn: number | null, retainBudget: number, signal: AbortSignal, openStepFirstSeq?: number): Promise<boolean> {
   const state = agent.state
   const sel = selectRange(state, retainBudget, openStepFirstSeq)
   if (!sel) return false
@@ -173,6 +181,7 @@ export async function summarize(agent: Agent, d: SummaryDeps, turn: number | nul
   }
   if (signal.aborted) return false
   const compactionId = `cmp_${crypto.randomUUID()}`
+  annotateSpan({ [A.AGENTD_COMPACTION_ID]: compactionId, [A.AGENTD_COMPACTION_SHADOWED_TOKENS]: sel.nodes.reduce((s, n) => s + nodeTokens(n), 0) })
   const generation = state.replaceGeneration
   const shadowedSeqs = sel.nodes.map((n) => n.seq)
   const shadowedTokenCount = sel.nodes.reduce((s, n) => s + nodeTokens(n), 0)
@@ -226,6 +235,7 @@ export async function summarize(agent: Agent, d: SummaryDeps, turn: number | nul
     agent.services.metrics?.compactions.inc({ outcome: 'compacted' })
     return true
   } catch (e) {
+    annotateSpan({ [A.ERROR_TYPE]: 'COMPACTION_FAILED' }, true)
     d.log.warn({ err: errorChain(e), sessionId: agent.id }, 'compaction failed; the surface stays as it was')
     agent.services.metrics?.compactions.inc({ outcome: 'failed' })
     try {

@@ -44,6 +44,8 @@ export const AGENTD_ATTEMPT = 'agentd.attempt'
 export const AGENTD_TENANT_ID = 'agentd.tenant.id'
 export const AGENTD_AGENT_VERSION = 'agentd.agent.version'
 export const AGENTD_COMPACTION_ID = 'agentd.compaction.id'
+/** the estimated tokens a compaction's summary is to replace */
+export const AGENTD_COMPACTION_SHADOWED_TOKENS = 'agentd.compaction.shadowed_tokens'
 /** a link's role: the request that queued an input the turn claimed */
 export const AGENTD_LINK = 'agentd.link'
 export const AGENTD_MESSAGE_ID = 'agentd.message.id'

@@ -215,6 +215,15 @@ export function traceSpan<T>(name: string, attributes: Attributes, fn: () => Pro
 
 export { SpanKind }
 
+/** Attributes on the active span (one traceSpan opened); `failed` marks it an error. No-op when off. */
+export function annotateSpan(attributes: Attributes, failed = false): void {
+  if (!tracingRuntime()) return
+  const span = trace.getActiveSpan()
+  if (!span) return
+  span.setAttributes(attributes)
+  if (failed) span.setStatus({ code: SpanStatusCode.ERROR })
+}
+
 /**
  * The `traceparent` (and `tracestate`) for an outgoing call made now: the active span's. Undefined
  * with tracing off or outside any span.

@@ -6,6 +6,7 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { trace } from '@opentelemetry/api'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { SUMMARY_INSTRUCTION } from '../../src/plugins/compaction.js'
 import { tracingOn } from '../../src/tracing/index.js'
 import { DB_KINDS } from '../helpers/db.js'
 import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
@@ -40,7 +41,7 @@ describe.each(DB_KINDS)('tracing in one process on %s', (kind) => {
     let otlp: OtlpReceiver
     beforeAll(async () => {
       otlp = await startOtlpReceiver()
-      t = await startTestApp({ kind, env: { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: 'true', OTEL_BSP_SCHEDULE_DELAY: '50', AGENTD_SECRET_KEY: Buffer.alloc(32, 7).toString('base64') } })
+      t = await startTestApp({ kind, models: [{ id: 'scripted', contextWindow: 8192, maxTokens: 1024 }, { id: 'small', contextWindow: 2048, maxTokens: 256 }], env: { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: 'true', OTEL_BSP_SCHEDULE_DELAY: '50', AGENTD_SECRET_KEY: Buffer.alloc(32, 7).toString('base64') } })
       expect((await t.api('PUT', '/v1/secrets/TOOL_KEY', { value: TOOL_SECRET })).status).toBe(204)
     })
     afterAll(async () => {
@@ -75,6 +76,27 @@ describe.each(DB_KINDS)('tracing in one process on %s', (kind) => {
       expect(turn.links.map((l) => l.spanId)).toEqual([request.spanId])
       expect(tools.calls[0]['x-key']).toBe(TOOL_SECRET)
       for (const raw of otlp.raw) for (const secret of [TOOL_SECRET, t.key, t.adminToken]) expect(raw).not.toContain(secret)
+    })
+
+    it('a compaction under pressure is a span inside the turn that compacts, before its chat span', async () => {
+      const s = await t.createSession({ model: 'test/small', system: 'You are terse.' })
+      const big = (c: string) => c.repeat(1600)
+      t.models.script(s.id, { text: [big('a')], usage: { input: 500, output: 400 } }, { text: [big('b')], usage: { input: 1300, output: 400 } })
+      for (const [turn, content] of [[1, big('q')], [2, big('r')]] as const) {
+        await t.api('POST', `/v1/sessions/${s.id}/followup`, { content })
+        await t.waitForTurnEnd(s.id, turn)
+      }
+      t.models.fallback(s.id, (r) => (JSON.stringify(r.context.messages.at(-1)).includes(SUMMARY_INSTRUCTION) ? { text: ['a short summary'] } : { text: ['after compaction'] }))
+      await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'third' })
+      const evs = await t.waitForTurnEnd(s.id, 3)
+      const compactionId = (evs.find((e) => e.type === 'compaction/start')!.data as any).compactionId
+      const turn = await otlp.waitFor((x) => x.name.startsWith('invoke_agent') && x.attributes['gen_ai.conversation.id'] === s.id && x.attributes['agentd.turn'] === 3, 'turn 3')
+      const span = await otlp.waitFor((x) => x.name === 'compaction' && x.attributes['agentd.compaction.id'] === compactionId, 'the compaction span')
+      expect(span.parentSpanId).toBe(turn.spanId)
+      expect(span.attributes).toMatchObject({ 'gen_ai.conversation.id': s.id, 'agentd.turn': 3, 'agentd.compaction.shadowed_tokens': expect.any(Number) })
+      expect(span.status.code).toBe(0)
+      const chat = await otlp.waitFor((x) => x.parentSpanId === turn.spanId && x.name === 'chat small', 'the chat span of turn 3')
+      expect(span.endNs <= chat.startNs).toBe(true)
     })
 
     it('an SSE stream is one SERVER span, ended when the stream closes, without its access_token', async () => {
