@@ -7,7 +7,8 @@ import os from 'node:os'
 import type { Logger } from 'pino'
 import { Agent, attach, errorChain, type AgentDeps, type AgentHost, type AgentSpec, type Lease } from '../agent/index.js'
 import type { Bus } from '../bus/index.js'
-import { claimLease, getSessionByKey, releaseIfIdle, releaseLease, renewLeases, takeoverCandidates, type Db, type Queryable, type SessionRow } from '../store/index.js'
+import { tracingOn } from '../tracing/index.js'
+import { agents, claimLease, getSessionByKey, releaseIfIdle, releaseLease, renewLeases, takeoverCandidates, type Db, type Queryable, type SessionRow } from '../store/index.js'
 import type { KeyedMutex, Publisher } from '../agent/index.js'
 import type { Metrics } from '../metrics.js'
 import type { McpServerSpec, ToolSpec } from '../tools/index.js'
@@ -164,6 +165,7 @@ export class WorkerHost {
     if (attached.repaired) this.o.metrics?.turns.inc({ reason: 'interrupted' })
     const r = attached.row
     const spec: AgentSpec = { model: r.model, system: r.system, tools: r.tools as unknown as ToolSpec[], mcpServers: r.mcpServers as unknown as McpServerSpec[], ...(r.maxTokens !== undefined ? { maxTokens: r.maxTokens } : {}), ...(r.reasoningEffort !== undefined ? { reasoningEffort: r.reasoningEffort } : {}) }
+    if (r.agent) spec.agent = { ...r.agent, ...(await this.agentName(r)) }
     const agent = new Agent(this.o.agentDeps, attached, spec, this.agentHost)
     const held: Held = { agent, idleSince: Date.now() }
     this.held.set(key, held)
@@ -264,6 +266,13 @@ export class WorkerHost {
       this.o.log.warn({ err: errorChain(e), sessionId: h.agent.id }, 'release failed')
       this.held.delete(key)
     }
+  }
+
+  /** API.md §19: the turn span's gen_ai.agent.name, read only when spans are recorded (a deleted agent has none). */
+  private async agentName(r: SessionRow): Promise<{ name?: string }> {
+    if (!r.agent || !tracingOn()) return {}
+    const v = await agents.readAgent(this.o.db, r.tenantId, r.agent.id, r.agent.version).catch(() => undefined)
+    return v?.name ? { name: v.name } : {}
   }
 
   private async releaseRow(key: string, token?: number): Promise<void> {
