@@ -14,6 +14,8 @@ import type { TracingConfig } from '../config.js'
 
 export interface TracingRuntime {
   readonly captureContent: boolean
+  /** exports the spans ended so far */
+  flush(): Promise<void>
   /** flushes what is buffered and stops exporting */
   shutdown(): Promise<void>
 }
@@ -45,6 +47,7 @@ export function startTracing(config: TracingConfig, version: string): TracingRun
   trace.setGlobalTracerProvider(provider)
   const runtime: TracingRuntime = {
     captureContent: config.captureContent,
+    flush: () => provider.forceFlush(),
     async shutdown() {
       if (current !== runtime) return
       current = undefined

@@ -32,7 +32,8 @@ export interface OtlpReceiver {
   close(): Promise<void>
 }
 
-export async function startOtlpReceiver(): Promise<OtlpReceiver> {
+/** `onRaw` sees every body as it arrives (the fault suite's secrets check keeps them). */
+export async function startOtlpReceiver(o: { onRaw?: (text: string) => void } = {}): Promise<OtlpReceiver> {
   const spans: OtlpSpan[] = []
   const raw: string[] = []
   const contentTypes: string[] = []
@@ -53,10 +54,12 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     try {
       if (type.startsWith('application/json')) {
         raw.push(body.toString('utf8'))
+        o.onRaw?.(raw.at(-1)!)
         spans.push(...fromJson(JSON.parse(body.toString('utf8'))))
         res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
       } else {
         raw.push(body.toString('latin1'))
+        o.onRaw?.(raw.at(-1)!)
         spans.push(...fromProtobuf(body))
         res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end()
       }

@@ -18,6 +18,8 @@ import { wireRequest } from './wire.js'
 import { ScriptedModels } from '../../helpers/scripted.js'
 import type { DbKind } from './part.js'
 import { LeakWatch } from './leaks.js'
+import { startOtlpReceiver } from '../../helpers/otlp-receiver.js'
+import { tracingRuntime } from '../../../src/tracing/index.js'
 
 export interface Target {
   app: App
@@ -104,7 +106,7 @@ export async function freshPgServerDatabase(): Promise<{ url: string; drop(): Pr
 }
 
 /** The server under attack; `pgServer` is a PostgreSQL server URL to make its database on (default: the configured one). */
-export async function startTarget(kind: DbKind, env: Record<string, string> = {}, o: { pgServer?: string } = {}): Promise<Target> {
+export async function startTarget(kind: DbKind, env: Record<string, string> = {}, o: { pgServer?: string; traces?: boolean } = {}): Promise<Target> {
   const fresh = await freshDatabase(kind, o.pgServer)
   const tools = await startToolServer()
   const models = new ScriptedModels()
@@ -119,6 +121,10 @@ export async function startTarget(kind: DbKind, env: Record<string, string> = {}
   const envKey = `faults-provider-env-${crypto.randomBytes(12).toString('hex')}`
   leaks.add('provider key', literalKey)
   leaks.add('provider key', envKey)
+  // API.md §19: with `traces`, the server exports its spans (contents captured: the most it may say) to a
+  // receiver whose every body the check searches like a log
+  const otlp = o.traces ? await startOtlpReceiver({ onRaw: (text) => leaks.print('the exported spans', `${text}\n`) }) : undefined
+  const tracing = otlp ? { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '50', OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: 'true' } : {}
   const providerModels = [{ id: 'm', contextWindow: 8192, maxTokens: 1024 }]
   const config = loadConfig({
     PORT: '0',
@@ -127,6 +133,7 @@ export async function startTarget(kind: DbKind, env: Record<string, string> = {}
     AGENTD_TOOL_HOSTS: '127.0.0.1,localhost',
     AGENTD_RATE_LIMIT_PER_MIN: '1000000',
     ...(secretKey ? { AGENTD_SECRET_KEY: secretKey } : {}),
+    ...tracing,
     ...fresh.env,
     ...env,
   })
@@ -158,6 +165,7 @@ export async function startTarget(kind: DbKind, env: Record<string, string> = {}
     tools,
     leaks,
     async leakCheck() {
+      await tracingRuntime()?.flush()
       // the generated key is a secret everywhere but in its own file
       if (fs.existsSync(keyFile)) {
         const k = fs.readFileSync(keyFile, 'utf8').trim()
@@ -172,6 +180,7 @@ export async function startTarget(kind: DbKind, env: Record<string, string> = {}
       leaks.discard()
       models.close()
       await tools.close()
+      await otlp?.close()
       await fresh.db.close()
       await fresh.drop()
     },
