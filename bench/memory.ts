@@ -45,16 +45,17 @@ async function settledRss(proc: ChildProcess, settleMs: number): Promise<number>
   return xs.sort((a, b) => a - b)[2]
 }
 
-interface Child {
+export interface Child {
   proc: ChildProcess
   url: string
   stop(): Promise<void>
 }
 
-async function startChild(script: string, env: Record<string, string>, readyMsg: string): Promise<Child> {
+/** `cwd`: another checkout's agentd (bench/tracing.ts's baseline); default this one. */
+export async function startChild(script: string, env: Record<string, string>, readyMsg: string, cwd = ROOT): Promise<Child> {
   const base = { ...process.env }
   delete base.DATABASE_URL
-  const proc = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', '--import', './bench/gc-hook.ts', script], { cwd: ROOT, env: { ...base, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const proc = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', '--import', './bench/gc-hook.ts', script], { cwd, env: { ...base, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
   let stderr = ''
   proc.stderr!.on('data', (b: Buffer) => (stderr += b.toString()))
   const url = await new Promise<string>((resolve, reject) => {

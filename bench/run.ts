@@ -1,4 +1,4 @@
-// `npm run bench [-- --only turn,throughput,growth,fanout,memory,budget,agents,tokens] [--db pg,pglite] [--quick] [--out file]
+// `npm run bench [-- --only turn,throughput,growth,fanout,memory,budget,agents,tokens,tracing] [--db pg,pglite] [--quick] [--out file]
 //   [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]`
 // Runs each measurement on each database, prints one table per measurement and writes
 // bench/results.json (git-ignored). See bench/README.md for what every figure means.
@@ -18,8 +18,9 @@ import { benchFanout } from './fanout.js'
 import { benchMemory } from './memory.js'
 import { benchBudget } from './budget.js'
 import { benchTokens } from './tokens.js'
+import { benchTracing } from './tracing.js'
 
-const MEASUREMENTS = ['turn', 'throughput', 'growth', 'fanout', 'memory', 'budget', 'agents', 'tokens'] as const
+const MEASUREMENTS = ['turn', 'throughput', 'growth', 'fanout', 'memory', 'budget', 'agents', 'tokens', 'tracing'] as const
 type Measurement = (typeof MEASUREMENTS)[number]
 
 const TITLES: Record<Measurement, string> = {
@@ -31,6 +32,7 @@ const TITLES: Record<Measurement, string> = {
   budget: '6. Budget check (turn overhead with the check before every model attempt / without it; "floor" = without)',
   agents: '7. Sessions from agents (a new session and its first turn, and turns, from an agent / inline with the same settings; "floor" = inline)',
   tokens: '8. Credentials (turn overhead driven with a token / with the tenant key; "floor" = the key)',
+  tracing: '9. Tracing (server CPU per turn with OpenTelemetry traces exported / off; "floor" = off)',
 }
 
 function parseArgs(argv: string[]) {
@@ -74,7 +76,7 @@ function parseArgs(argv: string[]) {
     } else if (a === '--peers') o.peers = true
     else if (a.startsWith('--cpu-prof')) o.cpuProf = path.resolve(val())
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget,agents,tokens] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]\n')
+      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget,agents,tokens,tracing] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]\n')
       process.exit(0)
     } else throw new Error(`unknown argument ${a}`)
   }
@@ -123,6 +125,7 @@ async function main(): Promise<void> {
           else if (m === 'budget') r = await benchBudget(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
           else if (m === 'agents') r = await benchAgents(kind, q ? { sessions: 10, turns: 20, warmup: 3 } : { sessions: 100, turns: 200, warmup: 10 }, cp)
           else if (m === 'tokens') r = await benchTokens(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
+          else if (m === 'tracing') r = await benchTracing(kind, q ? { turns: 40, warmup: 10 } : { turns: 400, warmup: 40 }, cp)
           else r = await benchMemory(kind, q ? { sessions: 200, connections: 100, settleMs: 300 } : { sessions: 10000, connections: 1000, settleMs: 2000 })
         } catch (e) {
           process.stdout.write(`   ${m} on ${kind} failed: ${(e as Error)?.stack ?? e}\n`)

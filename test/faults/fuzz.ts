@@ -252,7 +252,8 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
   const doc = JSON.parse(fs.readFileSync(DOC_FILE, 'utf8'))
   const ops = operations(doc).filter((o) => !o.websocket && !o.eventStream)
   const streams = operations(doc).filter((o) => o.websocket || o.eventStream)
-  const target: Target = await startTarget(ctx.db)
+  // API.md §19: the spans it exports are searched for secrets too
+  const target: Target = await startTarget(ctx.db, {}, { traces: true })
   const problems: string[] = []
   const statuses = new Map<number, number>()
   const agent = new http.Agent({ keepAlive: true, maxSockets: 4 })
