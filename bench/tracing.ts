@@ -1,8 +1,8 @@
 // 9. Tracing (API.md §19): server CPU per turn with tracing off and on. Two agentd CHILD processes
 // (`node --import tsx src/main.ts`, each on a fresh database of its own) run the same faux/echo turns as
 // in 1, in alternating blocks so the machine's load hits both alike; each block's CPU is the process's
-// own (utime + stime of /proc/<pid>/stat). "On" exports every span (OTLP/HTTP protobuf, a batch every
-// 200 ms) to a receiver in the bench that reads and drops them. With BENCH_TRACING_BASELINE=<checkout>
+// own (utime + stime of /proc/<pid>/stat). "On" exports every span (OTLP/HTTP protobuf, batches at the
+// SDK's default 5 s) to a receiver in the bench that reads and drops them. With BENCH_TRACING_BASELINE=<checkout>
 // a third child runs that checkout's agentd (e.g. the main branch before tracing) the same way, and
 // "off" is also set against it.
 
@@ -82,7 +82,7 @@ export async function benchTracing(kind: Kind, o: TracingOptions, cp: ClientProc
   const servers: Record<string, Server> = {}
   try {
     servers.off = await startServer(kind, {})
-    servers.on = await startServer(kind, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: '200' })
+    servers.on = await startServer(kind, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url })
     if (baselineDir) servers.baseline = await startServer(kind, {}, baselineDir)
     const modes = Object.keys(servers)
     for (const m of modes) await turns(servers[m], o.warmup, cp, false)
