@@ -82,7 +82,7 @@ export async function benchTracing(kind: Kind, o: TracingOptions, cp: ClientProc
   const servers: Record<string, Server> = {}
   try {
     servers.off = await startServer(kind, {})
-    servers.on = await startServer(kind, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url })
+    servers.on = await startServer(kind, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, ...(process.env.BENCH_TRACING_PROF ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_TRACING_PROF}` } : {}) })
     if (baselineDir) servers.baseline = await startServer(kind, {}, baselineDir)
     const modes = Object.keys(servers)
     for (const m of modes) await turns(servers[m], o.warmup, cp, false)
