@@ -198,7 +198,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         bus.poke(row.key)
         tenancy.deleted(row.tenantId)
       },
-      mcpChanged: (key: string) => bus.poke(key),
+      settingsChanged: (key: string) => bus.poke(key),
     }
     // the process's one tracker of streaming attempts: the driver's own when it runs here
     const snapshot = (key: string): LiveFrame | undefined => attempts.snapshot(key)
