@@ -4,15 +4,36 @@
 // tools, model and limits), with every request reconstructable from the log (SPEC §8.10). Bad input
 // gets the error session create gives and writes nothing; a fork takes the current settings.
 
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
-import { startTestApp, type TestApp } from '../helpers/app.js'
+import { driverAndApi, startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
 import { gate, type Recorded } from '../helpers/scripted.js'
 import type { SessionEvent } from '../../src/session/index.js'
 
 const LOOKUP = { name: 'lookup_order', description: 'finds an order', parameters: { type: 'object', properties: { id: { type: 'string' } } }, execution: { type: 'client' } }
 const REFUND = { name: 'refund', description: 'refunds an order', parameters: { type: 'object', properties: {} }, execution: { type: 'client' } }
+
+/**
+ * An http tool the server runs itself: the step after its call follows with no client action (a tool
+ * result posted by a client would poke the session itself, and hide whether the PATCH's poke arrived).
+ */
+let toolServer: http.Server
+let toolUrl = ''
+beforeAll(async () => {
+  toolServer = http.createServer((req, res) => {
+    req.resume()
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ content: 'shipped' })))
+  })
+  await new Promise<void>((r) => toolServer.listen(0, '127.0.0.1', r))
+  toolUrl = `http://127.0.0.1:${(toolServer.address() as AddressInfo).port}/order`
+})
+afterAll(async () => {
+  await new Promise((r) => toolServer?.close(r))
+})
+const ORDER = () => ({ name: 'lookup_order', description: 'finds an order', parameters: { type: 'object', properties: { id: { type: 'string' } } }, execution: { type: 'http', url: toolUrl } })
 
 const headers = (log: SessionEvent[]) => log.filter((e) => e.type === 'request/header') as Array<SessionEvent & { data: any }>
 const stepOf = (log: SessionEvent[], seq: number) => (log.filter((e) => e.type === 'step/start' && e.seq < seq).at(-1)?.data as { step: number } | undefined)?.step
@@ -31,11 +52,11 @@ describe.each(DB_KINDS)('session settings PATCH on %s', (kind) => {
   const create = (body: Record<string, unknown> = {}) => t.createSession({ system: 'First system.', tools: [LOOKUP], ...body })
 
   /**
-   * Turn 1 of a fresh session in two steps: the first request (a call of lookup_order) is held until
-   * `patch` has been answered; the client tool is then answered and the second step asks again.
+   * Turn 1 of a fresh session in two steps: the first request (a call of the http tool lookup_order)
+   * is held until `patch` has been answered; the server runs the tool and the second step asks again.
    */
-  const patchDuringStep = async (patch: Record<string, unknown>, body: Record<string, unknown> = {}) => {
-    const s = await create(body)
+  const patchDuringStep = async (patch: Record<string, unknown>) => {
+    const s = await create({ tools: [ORDER()] })
     const held = gate()
     t.models.script(s.id, { toolCalls: [{ id: 'c1', name: 'lookup_order', arguments: { id: '7' } }], gate: held.promise }, { text: ['done'] })
     expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'where is order 7?' })).status).toBe(202)
@@ -43,9 +64,6 @@ describe.each(DB_KINDS)('session settings PATCH on %s', (kind) => {
     const r = await t.api('PATCH', `/v1/sessions/${s.id}`, patch)
     expect(r.status, r.text).toBe(200)
     held.open()
-    await t.waitFor(s.id, (e) => e.type === 'tool/call')
-    const answered = await t.api('POST', `/v1/sessions/${s.id}/tool-results`, { callId: 'c1', content: 'shipped' })
-    expect(answered.status, answered.text).toBe(202)
     const log = await t.waitForTurnEnd(s.id, 1)
     expect((log.find((e) => e.type === 'turn/end')!.data as any).reason).toEqual({ kind: 'completed' })
     const [r1, r2] = t.models.requestsOf(s.id)
@@ -57,8 +75,8 @@ describe.each(DB_KINDS)('session settings PATCH on %s', (kind) => {
 
   it('tools changed while a step runs: that request keeps the old list, the next step carries the new one after a request/header change', async () => {
     const before = seen.n
-    const { answer, log, r1, r2 } = await patchDuringStep({ tools: [LOOKUP, REFUND] })
-    expect(answer.settings.tools).toEqual([LOOKUP, REFUND])
+    const { answer, log, r1, r2 } = await patchDuringStep({ tools: [ORDER(), REFUND] })
+    expect(answer.settings.tools).toEqual([ORDER(), REFUND])
     expect(r1.context.tools?.map((x) => x.name)).toEqual(['lookup_order'])
     expect(r2.context.tools?.map((x) => x.name)).toEqual(['lookup_order', 'refund'])
     const h = headers(log)
@@ -173,5 +191,30 @@ describe.each(DB_KINDS)('session settings PATCH on %s', (kind) => {
       expect(r.body.error.code).toBe('session-not-found')
       expect(await readBack(s.id)).toEqual(before)
     })
+  })
+})
+
+describe('session settings PATCH across processes on pg', () => {
+  const apps = driverAndApi()
+
+  it('a PATCH answered by a process that does not drive the session reaches the driver in another before its next step', async () => {
+    const { driver, api } = apps
+    const s = await driver.createSession({ system: 'First system.', tools: [ORDER()] })
+    const held = gate()
+    driver.models.script(s.id, { toolCalls: [{ id: 'c1', name: 'lookup_order', arguments: {} }], gate: held.promise }, { text: ['done'] })
+    expect((await driver.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
+    await driver.models.waitForRequest(s.id, 1)
+    const r = await api.api('PATCH', `/v1/sessions/${s.id}`, { tools: [ORDER(), REFUND], system: 'Second system.' }, { key: driver.key })
+    expect(r.status, r.text).toBe(200)
+    expect(r.body.settings).toMatchObject({ system: 'Second system.', tools: [ORDER(), REFUND] })
+    held.open()
+    const log = await driver.waitForTurnEnd(s.id, 1)
+    const [r1, r2] = driver.models.requestsOf(s.id)
+    expect(r1.context.tools?.map((x) => x.name)).toEqual(['lookup_order'])
+    expect(r1.context.systemPrompt).toBe('First system.')
+    expect(r2.context.tools?.map((x) => x.name)).toEqual(['lookup_order', 'refund'])
+    expect(r2.context.systemPrompt).toBe('Second system.')
+    expect(headers(log).map((e) => e.data.reason)).toEqual(['initial', 'change'])
+    expectValidLog(log)
   })
 })
