@@ -49,9 +49,9 @@ export interface DriverControl {
   deleted(row: SessionRow): Promise<void>
   /**
    * PATCH of settings (API.md §4, §12): the session's driver, in whichever process, reads them again
-   * before its next step
+   * before its next step; resolves once the poke has been sent to other processes
    */
-  settingsChanged(key: string): void
+  settingsChanged(key: string): Promise<void>
 }
 
 /** Facts of one route, in its `config`. */

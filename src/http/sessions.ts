@@ -45,8 +45,9 @@ export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promi
     const settings = Object.keys(given).length ? await deps.sessions.validateSettings(given) : {}
     const s = sessionOf(req)
     if (!(await patchSession(deps.db, s.key, { title, metadata, ...settings }))) throw sessionNotFound(s.id)
-    // the poke makes the session's driver, in whichever process, read the settings before its next step
-    if (Object.keys(settings).length) deps.driver.settingsChanged(s.key)
+    // the poke makes the session's driver, in whichever process, read the settings before its next
+    // step; the answer waits until it has left, not for the poke window
+    if (Object.keys(settings).length) await deps.driver.settingsChanged(s.key)
     const row = await getSession(deps.db, req.principal!.tenantId, s.id)
     if (!row) throw sessionNotFound(s.id)
     return reply.type('application/json').send(json(sessionObject(row)))

@@ -8,7 +8,7 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
-import { driverAndApi, startTestApp, type TestApp } from '../helpers/app.js'
+import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
 import { gate, type Recorded } from '../helpers/scripted.js'
 import type { SessionEvent } from '../../src/session/index.js'
@@ -195,15 +195,28 @@ describe.each(DB_KINDS)('session settings PATCH on %s', (kind) => {
 })
 
 describe('session settings PATCH across processes on pg', () => {
-  const apps = driverAndApi()
+  let driver: TestApp
+  let api: TestApp
+  beforeAll(async () => {
+    driver = await startTestApp({ kind: 'pg' })
+    // a wide bus window: a poke the api process sent in it would wait seconds for the next flush
+    api = await startTestApp({ kind: 'pg', testDb: driver.testDb, env: { AGENTD_ROLE: 'api' }, busWindowMs: 5000 })
+  })
+  afterAll(async () => {
+    await api?.close({ keepDb: true })
+    await driver?.close()
+  })
 
-  it('a PATCH answered by a process that does not drive the session reaches the driver in another before its next step', async () => {
-    const { driver, api } = apps
+  it('a PATCH answered by a process that does not drive the session has reached the driver in another before its next step', async () => {
     const s = await driver.createSession({ system: 'First system.', tools: [ORDER()] })
     const held = gate()
     driver.models.script(s.id, { toolCalls: [{ id: 'c1', name: 'lookup_order', arguments: {} }], gate: held.promise }, { text: ['done'] })
     expect((await driver.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hi' })).status).toBe(202)
     await driver.models.waitForRequest(s.id, 1)
+    // another session's PATCH makes the api process flush its window now, so a windowed poke of the
+    // next PATCH would leave only when the window ends, after the step below started
+    const other = await driver.createSession()
+    expect((await api.api('PATCH', `/v1/sessions/${other.id}`, { system: 'Other.' }, { key: driver.key })).status).toBe(200)
     const r = await api.api('PATCH', `/v1/sessions/${s.id}`, { tools: [ORDER(), REFUND], system: 'Second system.' }, { key: driver.key })
     expect(r.status, r.text).toBe(200)
     expect(r.body.settings).toMatchObject({ system: 'Second system.', tools: [ORDER(), REFUND] })
