@@ -2,7 +2,8 @@
 // a step runs leaves that step's request alone and reaches the next step's, recorded only through
 // SPEC's own machinery (a system-node replacement for the text, request/header {reason:'change'} for
 // tools, model and limits), with every request reconstructable from the log (SPEC §8.10). Bad input
-// gets the error session create gives and writes nothing; a fork takes the current settings.
+// gets the error session create gives and writes nothing; a fork takes the current settings. On
+// PostgreSQL, a PATCH answered by an api-role process has reached the driver in another process.
 
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
