@@ -47,13 +47,13 @@ process.on('exit', () => {
   for (const c of running) c.kill('SIGKILL')
 })
 
-export async function startAgentdProcess(o: { kind: DbKind; env?: Record<string, string> }): Promise<AgentdProcess> {
+export async function startAgentdProcess(o: { kind: DbKind; env?: Record<string, string>; /** more models of provider mock, besides `scripted` */ models?: string[] }): Promise<AgentdProcess> {
   const llm = await startMockLlm()
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-sdk-'))
   const pg = o.kind === 'pg' ? await freshPgDatabase() : undefined
   const dataDir = o.kind === 'pglite' ? freshPgliteDir() : path.join(dir, 'data')
   const modelsFile = path.join(dir, 'models.json')
-  fs.writeFileSync(modelsFile, JSON.stringify({ providers: { mock: { api: 'openai-completions', baseUrl: llm.baseUrl, apiKey: 'literal-key', models: [{ id: 'scripted', contextWindow: 8192, maxTokens: 1024 }] } } }))
+  fs.writeFileSync(modelsFile, JSON.stringify({ providers: { mock: { api: 'openai-completions', baseUrl: llm.baseUrl, apiKey: 'literal-key', models: ['scripted', ...(o.models ?? [])].map((id) => ({ id, contextWindow: 8192, maxTokens: 1024 })) } } }))
   const port = await freePort()
   const env: Record<string, string> = Object.fromEntries(Object.entries(process.env).filter(([k, v]) => v !== undefined && !k.startsWith('AGENTD_') && k !== 'DATABASE_URL' && k !== 'NODE_OPTIONS')) as Record<string, string>
   Object.assign(env, {
