@@ -75,6 +75,8 @@ export interface StartOptions {
   webhooks?: Partial<DelivererOptions> & { deliver?: boolean }
   /** PostgreSQL bus presence heartbeat (tests shrink it; default 5 s) */
   busHeartbeatMs?: number
+  /** PostgreSQL bus window that coalesces doorbells and pokes (tests widen it; default 50 ms) */
+  busWindowMs?: number
   /** tokens (API.md §18): the clock of their keys and expiry, how long an identity provider's key set is cached, the least time between key reloads (tests) */
   credentials?: { clock?: () => number; jwksCacheMaxAgeMs?: number; keyReloadIntervalMs?: number }
 }
@@ -119,7 +121,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
 
     let bus: Bus
     if (config.databaseUrl && db.kind === 'pg') {
-      const pgBus = new PgBus({ url: config.databaseUrl, db, log, ...(o.busHeartbeatMs ? { heartbeatMs: o.busHeartbeatMs } : {}) })
+      const pgBus = new PgBus({ url: config.databaseUrl, db, log, ...(o.busHeartbeatMs ? { heartbeatMs: o.busHeartbeatMs } : {}), ...(o.busWindowMs ? { windowMs: o.busWindowMs } : {}) })
       await pgBus.start()
       bus = pgBus
     } else bus = new LocalHub()
@@ -204,7 +206,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
         bus.poke(row.key)
         tenancy.deleted(row.tenantId)
       },
-      mcpChanged: (key: string) => bus.poke(key),
+      settingsChanged: (key: string) => bus.pokeNow(key),
     }
     // the process's one tracker of streaming attempts: the driver's own when it runs here
     const snapshot = (key: string): LiveFrame | undefined => attempts.snapshot(key)

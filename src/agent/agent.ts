@@ -65,8 +65,8 @@ export class Agent implements Loop {
   readonly series: Series
   readonly pending: PendingCalls
   readonly mcp: McpClients
-  /** context.ts Loop.mcpStale: the first step after attach reads the list once */
-  mcpStale = true
+  /** context.ts Loop.settingsStale: the first step after attach reads them once */
+  settingsStale = true
   readonly secrets: SecretResolver
   readonly hooks: Hooks
   readonly services: LoopServices
@@ -88,7 +88,7 @@ export class Agent implements Loop {
   constructor(
     private readonly d: AgentDeps,
     attached: { row: SessionRow; state: SessionState; lease: Lease; continuation?: ContinuationDuty | null },
-    readonly spec: AgentSpec,
+    public spec: AgentSpec,
     private readonly host: AgentHost,
   ) {
     const { row, state, lease } = attached
@@ -116,7 +116,7 @@ export class Agent implements Loop {
       pending: this.pending,
       react: (r) => this.react(r),
       poked: () => {
-        this.mcpStale = true
+        this.settingsStale = true
       },
       lost: (e) => this.lost(e),
       warn: (o, msg) => this.logger.warn(o, msg),

@@ -17,12 +17,15 @@ import type { PendingCalls } from './pending.js'
 import type { ContinuationDuty } from './continuation.js'
 import { NOOP_TURN, type TurnTrace } from '../tracing/index.js'
 
-/** The session's definition as the driver uses it. */
+/**
+ * The session's settings as the driver uses them: the row's as of attach, read again before a step
+ * that follows a poke (API.md §4: PATCH changes them and pokes; step.ts refreshSettings).
+ */
 export interface AgentSpec {
   model: string
   system: string
   tools: ToolSpec[]
-  /** API.md §12, as of attach; the driver reads the current list before each step */
+  /** API.md §12 */
   mcpServers?: McpServerSpec[]
   /** API.md §16: the agent the session was made from (the turn span's gen_ai.agent.*) */
   agent?: { id: string; version: number; name?: string }
@@ -61,6 +64,12 @@ export interface Series {
   headerLogged: boolean
   /** replaceGeneration as of attach, then as of the last committed admission */
   capturedGeneration: number
+  /**
+   * API.md §4: a PATCH changed the model, maxTokens or reasoningEffort since the last committed
+   * admission, so the next attempt proposes its config from the settings, as a loop instance's first
+   * request does (SPEC §7.5), and its header is a 'change'
+   */
+  configChanged?: boolean
 }
 
 /** The one way the driver appends: a fenced unit, published after commit (log.ts). */
@@ -78,7 +87,8 @@ export interface Loop {
   readonly id: string
   readonly key: string
   readonly tenantId: string
-  readonly spec: AgentSpec
+  /** the settings the current step was proposed with (replaced, never mutated, between steps) */
+  spec: AgentSpec
   /** the folded log; every unit folds into it as it is built */
   readonly state: SessionState
   readonly services: LoopServices
@@ -95,11 +105,11 @@ export interface Loop {
   /** the session's MCP server connections (API.md §12) */
   readonly mcp: McpClients
   /**
-   * Whether the session row's MCP server list may differ from `mcp.servers` (API.md §12: PATCH
-   * replaces it): true after attach and after every poke or reset of the session's doorbell (PATCH
-   * pokes), so a step reads the list only then, not before every step.
+   * Whether the session row's settings may differ from `spec` and `mcp.servers` (API.md §4, §12:
+   * PATCH changes them): true after attach and after every poke or reset of the session's doorbell
+   * (PATCH pokes), so a step reads them only then, not before every step.
    */
-  mcpStale: boolean
+  settingsStale: boolean
   /** the tenant's secrets for `secret:NAME` header values (API.md §13) */
   readonly secrets: SecretResolver
   /** The Agent handle a payload carries (API.md §11); per listening plugin through `bind`. */

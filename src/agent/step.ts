@@ -5,11 +5,11 @@
 import { assertLosslessJson, deepFreeze, planClaim, type InboxTarget, type Json, type PreStepDecision, type ToolCallBlock, type ToolSchema, type UserMessage } from '../session/index.js'
 import type { Proposal } from './admission.js'
 import { runAttempt } from './attempt.js'
-import type { TurnContext } from './context.js'
+import type { AgentSpec, TurnContext } from './context.js'
 import { TurnLlmError } from './errors.js'
 import { canonicalTools, renderPrompt, snapshotCandidate, type PromptAssembly, type PromptSection } from './prompt.js'
 import { runTools } from './tool-effects.js'
-import { readMcpServers } from '../store/index.js'
+import { readSettings, type StoredSettings } from '../store/index.js'
 import type { McpServerSpec, ToolSpec } from '../tools/index.js'
 
 import type { StepResult } from './ends.js'
@@ -33,6 +33,7 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
     tc.trace.claimed(claimed)
     for (const message of claimed) tc.notify('agent/inbox/claimed', { message, turn: tc.turn })
   }
+  await refreshSettings(tc)
   const sp = loop.services.systemPrompt
   const mcpTools = await listMcpTools(tc, proposed)
   const base: PromptAssembly = {
@@ -57,24 +58,40 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
 }
 
 /**
- * API.md §12: before the step's request, the tools of the session's MCP servers (the list as it stands
- * now: PATCH replaces it and pokes the session, which makes the driver read it again). A server that cannot be listed contributes none and, once per outage, is an
+ * API.md §4, §12: before a step is proposed, the session's settings as they stand now, when they may
+ * have changed (after attach, after a poke: PATCH pokes). The flag is cleared before the read, so a
+ * poke during it makes the next step read again. The step then renders and admits them through the
+ * loop's own machinery: a changed system text is a reconciliation (SPEC §8.6), a changed tool list a
+ * header change (§8.8), a changed model or limit a config proposed afresh (§7.5) and so a header change.
+ */
+async function refreshSettings(tc: TurnContext): Promise<void> {
+  const { loop } = tc
+  if (!loop.settingsStale) return
+  loop.settingsStale = false
+  let current: StoredSettings | undefined
+  try {
+    current = await readSettings(loop.services.db, loop.key)
+  } catch (e) {
+    loop.settingsStale = true
+    throw e
+  }
+  if (!current) return // deleted: the driver learns it from its next commit
+  const was = loop.spec
+  const spec: AgentSpec = { model: current.model, system: current.system, tools: current.tools as unknown as ToolSpec[], mcpServers: current.mcpServers as unknown as McpServerSpec[] }
+  if (current.maxTokens !== undefined) spec.maxTokens = current.maxTokens
+  if (current.reasoningEffort !== undefined) spec.reasoningEffort = current.reasoningEffort
+  if (spec.model !== was.model || spec.maxTokens !== was.maxTokens || spec.reasoningEffort !== was.reasoningEffort) loop.series.configChanged = true
+  loop.spec = spec
+  loop.mcp.setServers(spec.mcpServers!)
+}
+
+/**
+ * API.md §12: before the step's request, the tools of the session's MCP servers (the list as
+ * refreshSettings last read it). A server that cannot be listed contributes none and, once per outage, is an
  * agent/error MCP_UNAVAILABLE; the turn goes on.
  */
 async function listMcpTools(tc: TurnContext, step: number): Promise<ToolSpec[]> {
   const { loop } = tc
-  // the list is read only when it may have changed (after attach, after a poke: PATCH pokes);
-  // cleared before the read, so a poke during it makes the next step read again
-  if (loop.mcpStale) {
-    loop.mcpStale = false
-    try {
-      const current = await readMcpServers(loop.services.db, loop.key)
-      if (current) loop.mcp.setServers(current as unknown as McpServerSpec[])
-    } catch (e) {
-      loop.mcpStale = true
-      throw e
-    }
-  }
   if (!loop.mcp.servers.length) return []
   const { tools, outages } = await loop.mcp.listTools(tc.signal)
   tc.abort.check()

@@ -14,7 +14,7 @@ export interface WatchTarget {
   readonly pending: PendingCalls
   /** the row flags a sync saw */
   react(row: LeanRow): void
-  /** a poke or reset: the row may have changed in ways no event shows (PATCH of the MCP servers) */
+  /** a poke or reset: the row may have changed in ways no event shows (a PATCH of the settings) */
   poked?(): void
   lost(e: LeaseLostError): void
   warn(o: object, msg: string): void

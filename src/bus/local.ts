@@ -50,6 +50,11 @@ export interface Bus {
   publishLive(sessionKey: string, frame: LiveFrame): void
   /** a row change other processes' drivers must look at (cancel, answers, deletion) */
   poke(sessionKey: string): void
+  /**
+   * A poke sent at once, not in the next window: resolves once other processes have been sent it (a
+   * settings PATCH answers after it, so a driver elsewhere hears of it as soon as it can)
+   */
+  pokeNow(sessionKey: string): Promise<void>
   /** asks whichever worker can to drive the session */
   wake(sessionKey: string): void
   /** a handler answers true when it took the wake (it holds the session): no other process is asked */
@@ -193,6 +198,10 @@ export class LocalHub implements Bus {
 
   poke(sessionKey: string): void {
     this.deliverPoke(sessionKey)
+  }
+
+  async pokeNow(sessionKey: string): Promise<void> {
+    this.poke(sessionKey)
   }
 
   /** Whether a handler here took the wake. */

@@ -198,6 +198,13 @@ export class PgBus extends LocalHub {
   }
 
   /** Not windowed: the NOTIFY leaves at once, and the promise resolves when it has been sent. */
+  override async pokeNow(sessionKey: string): Promise<void> {
+    this.poke(sessionKey)
+    this.flush()
+    await this.sending
+  }
+
+  /** Not windowed: the NOTIFY leaves at once, and the promise resolves when it has been sent. */
   override async invalidate(topic: string): Promise<void> {
     await super.invalidate(topic)
     this.topics.add(topic)

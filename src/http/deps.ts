@@ -47,8 +47,11 @@ export interface DriverControl {
   compact(row: SessionRow): Promise<{ compacted: boolean }>
   /** DELETE …: stops whatever runs for the session in any process */
   deleted(row: SessionRow): Promise<void>
-  /** PATCH with mcpServers: the session's driver, in whichever process, reads the list before its next step */
-  mcpChanged(key: string): void
+  /**
+   * PATCH of settings (API.md §4, §12): the session's driver, in whichever process, reads them again
+   * before its next step; resolves once the poke has been sent to other processes
+   */
+  settingsChanged(key: string): Promise<void>
 }
 
 /** Facts of one route, in its `config`. */

@@ -101,8 +101,17 @@ export const CreateSessionBody = Type.Object(
 )
 
 export const PatchSessionBody = Type.Object(
-  { title: Type.Optional(Type.Union([Type.String({ maxLength: 500 }), Type.Null()])), metadata: Type.Optional(Metadata), mcpServers: Type.Optional(McpServers) },
-  { additionalProperties: false },
+  {
+    title: Type.Optional(Type.Union([Type.String({ maxLength: 500 }), Type.Null()])),
+    metadata: Type.Optional(Metadata),
+    model: Type.Optional(SETTINGS.model),
+    system: Type.Optional(SETTINGS.system),
+    tools: Type.Optional(SETTINGS.tools),
+    mcpServers: Type.Optional(SETTINGS.mcpServers),
+    maxTokens: Type.Optional(SETTINGS.maxTokens),
+    reasoningEffort: Type.Optional(SETTINGS.reasoningEffort),
+  },
+  { additionalProperties: false, description: 'each setting given replaces the current one from the next step that starts after the PATCH (API.md §4)' },
 )
 
 /** the settings as an answer shows them: every one present, null for an absent limit */

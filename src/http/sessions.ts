@@ -2,7 +2,7 @@
 
 import type { FastifyInstance } from 'fastify'
 import { ApiError, badRequest, sessionNotFound } from '../errors.js'
-import { sessionObject } from '../agent/index.js'
+import { sessionObject, type SettingsInput } from '../agent/index.js'
 import { decodeCursor, deleteSession, getSession, listSessions, patchSession } from '../store/index.js'
 import { assertLosslessJson, type JsonObject } from '../session/index.js'
 import type { HttpDeps } from './deps.js'
@@ -32,20 +32,22 @@ export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promi
     return reply.type('application/json').send(json(sessionObject(sessionOf(req))))
   })
 
-  app.patch('/sessions/:id', { config: { session: true }, schema: { operationId: 'updateSession', summary: 'Set title and metadata', params: S.SessionParams, body: S.PatchSessionBody, response: { 200: S.SessionObject, ...err } } }, async (req, reply) => {
-    const body = req.body as { title?: string | null; metadata?: JsonObject; mcpServers?: JsonObject[] }
-    if (body.metadata !== undefined) {
+  app.patch('/sessions/:id', { config: { session: true }, schema: { operationId: 'updateSession', summary: "Change a session's title, metadata or settings", params: S.SessionParams, body: S.PatchSessionBody, response: { 200: S.SessionObject, 422: S.ErrorBody, ...err } } }, async (req, reply) => {
+    const { title, metadata, ...given } = req.body as { title?: string | null; metadata?: JsonObject } & SettingsInput
+    if (metadata !== undefined) {
       try {
-        assertLosslessJson(body.metadata)
+        assertLosslessJson(metadata)
       } catch (e) {
         throw badRequest(`metadata is not lossless JSON: ${(e as Error).message}`)
       }
     }
-    // API.md §12: PATCH replaces the list; the poke makes the driver read it before its next step
-    const mcpServers = body.mcpServers === undefined ? undefined : await deps.sessions.validateMcpServers(body.mcpServers)
+    // API.md §4: validated whole as session create validates them; nothing is written on a refusal
+    const settings = Object.keys(given).length ? await deps.sessions.validateSettings(given) : {}
     const s = sessionOf(req)
-    await patchSession(deps.db, s.key, { ...body, ...(mcpServers ? { mcpServers } : {}) })
-    if (mcpServers) deps.driver.mcpChanged(s.key)
+    if (!(await patchSession(deps.db, s.key, { title, metadata, ...settings }))) throw sessionNotFound(s.id)
+    // the poke makes the session's driver, in whichever process, read the settings before its next
+    // step; the answer waits until it has left, not for the poke window
+    if (Object.keys(settings).length) await deps.driver.settingsChanged(s.key)
     const row = await getSession(deps.db, req.principal!.tenantId, s.id)
     if (!row) throw sessionNotFound(s.id)
     return reply.type('application/json').send(json(sessionObject(row)))

@@ -153,28 +153,62 @@ export async function listSessions(db: Queryable, tenantId: string, limit: numbe
   return { sessions: list, nextCursor: more ? encodeCursor(list[list.length - 1]) : null }
 }
 
-/** A session's MCP servers as they stand now (PATCH replaces them; the driver reads them before each step). */
-export async function readMcpServers(db: Queryable, key: string): Promise<Json[] | undefined> {
-  const { rows } = await db.query<{ mcp_servers: string }>('SELECT mcp_servers FROM sessions WHERE key = $1', [key])
-  return rows[0] ? (JSON.parse(rows[0].mcp_servers) as Json[]) : undefined
+/** A session's settings as they stand now (API.md §4: PATCH changes them; the driver reads them before a step after a poke). */
+export interface StoredSettings {
+  model: string
+  system: string
+  tools: Json[]
+  mcpServers: Json[]
+  maxTokens?: number
+  reasoningEffort?: string
 }
 
-export async function patchSession(db: Queryable, key: string, patch: { title?: string | null; metadata?: Json; mcpServers?: Json[] }): Promise<void> {
+export async function readSettings(db: Queryable, key: string): Promise<StoredSettings | undefined> {
+  const { rows } = await db.query<Raw>('SELECT model, system, tools, mcp_servers, max_tokens, reasoning_effort FROM sessions WHERE key = $1', [key])
+  const r = rows[0]
+  if (!r) return undefined
+  const s: StoredSettings = { model: r.model as string, system: r.system as string, tools: JSON.parse(r.tools as string) as Json[], mcpServers: JSON.parse((r.mcp_servers as string | null) ?? '[]') as Json[] }
+  if (r.max_tokens !== null && r.max_tokens !== undefined) s.maxTokens = r.max_tokens as number
+  if (r.reasoning_effort !== null && r.reasoning_effort !== undefined) s.reasoningEffort = r.reasoning_effort as string
+  return s
+}
+
+/** What PATCH /v1/sessions/:id writes (API.md §4), every column in one statement. */
+export interface SessionPatch {
+  title?: string | null
+  metadata?: Json
+  model?: string
+  system?: string
+  tools?: Json[]
+  mcpServers?: Json[]
+  maxTokens?: number
+  reasoningEffort?: string
+}
+
+const PATCH_COLUMNS: Array<[keyof SessionPatch, string, boolean]> = [
+  ['title', 'title', false],
+  ['metadata', 'metadata', true],
+  ['model', 'model', false],
+  ['system', 'system', false],
+  ['tools', 'tools', true],
+  ['mcpServers', 'mcp_servers', true],
+  ['maxTokens', 'max_tokens', false],
+  ['reasoningEffort', 'reasoning_effort', false],
+]
+
+/** Writes the patch; false when the session is gone. */
+export async function patchSession(db: Queryable, key: string, patch: SessionPatch): Promise<boolean> {
   const sets: string[] = []
   const params: unknown[] = [key]
-  if (patch.title !== undefined) {
-    params.push(patch.title)
-    sets.push(`title = $${params.length}`)
+  for (const [field, column, json] of PATCH_COLUMNS) {
+    const v = patch[field]
+    if (v === undefined) continue
+    params.push(json ? JSON.stringify(v) : v)
+    sets.push(`${column} = $${params.length}`)
   }
-  if (patch.metadata !== undefined) {
-    params.push(JSON.stringify(patch.metadata))
-    sets.push(`metadata = $${params.length}`)
-  }
-  if (patch.mcpServers !== undefined) {
-    params.push(JSON.stringify(patch.mcpServers))
-    sets.push(`mcp_servers = $${params.length}`)
-  }
-  if (sets.length) await db.query(`UPDATE sessions SET ${sets.join(', ')} WHERE key = $1`, params)
+  if (!sets.length) return true
+  const r = await db.query(`UPDATE sessions SET ${sets.join(', ')} WHERE key = $1`, params)
+  return r.rowCount > 0
 }
 
 export async function deleteSession(db: Queryable, key: string): Promise<boolean> {

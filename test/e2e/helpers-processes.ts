@@ -12,6 +12,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { freshPgDatabase } from '../helpers/db.js'
+import { serverArgs } from '../helpers/server-build.js'
 
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -425,7 +426,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       LOG_LEVEL: 'warn',
       ...(o.env ?? {}),
     })
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: PROJECT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn(process.execPath, serverArgs(), { cwd: PROJECT, env, stdio: ['ignore', 'pipe', 'pipe'] })
     children.add(child)
     child.on('error', () => {}) // a failed spawn or kill shows as `exited` or a readiness timeout below
     let out = ''

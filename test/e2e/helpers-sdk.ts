@@ -1,4 +1,5 @@
-// For the client SDK's end-to-end tests: one real agentd process (`node --import tsx src/main.ts`) on
+// For the client SDK's end-to-end tests: one real agentd process (src/ transpiled once per run, see
+// test/helpers/server-build.ts) on
 // PostgreSQL or PGlite that can be killed with SIGKILL and started again on the same port and data,
 // with the scripted OpenAI-compatible model of helpers-processes; and a TCP forwarder that can play a
 // network outage or lose one reply, in front of agentd or of PostgreSQL.
@@ -12,6 +13,7 @@ import { fileURLToPath } from 'node:url'
 import { freshPgDatabase, freshPgliteDir, type DbKind } from '../helpers/db.js'
 import { sleep } from '../helpers/wait.js'
 import { freePort, startMockLlm, type MockLlm } from './helpers-processes.js'
+import { serverArgs } from '../helpers/server-build.js'
 
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const ADMIN_TOKEN = 'sdk-e2e-admin'
@@ -45,13 +47,13 @@ process.on('exit', () => {
   for (const c of running) c.kill('SIGKILL')
 })
 
-export async function startAgentdProcess(o: { kind: DbKind; env?: Record<string, string> }): Promise<AgentdProcess> {
+export async function startAgentdProcess(o: { kind: DbKind; env?: Record<string, string>; /** more models of provider mock, besides `scripted` */ models?: string[] }): Promise<AgentdProcess> {
   const llm = await startMockLlm()
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-sdk-'))
   const pg = o.kind === 'pg' ? await freshPgDatabase() : undefined
   const dataDir = o.kind === 'pglite' ? freshPgliteDir() : path.join(dir, 'data')
   const modelsFile = path.join(dir, 'models.json')
-  fs.writeFileSync(modelsFile, JSON.stringify({ providers: { mock: { api: 'openai-completions', baseUrl: llm.baseUrl, apiKey: 'literal-key', models: [{ id: 'scripted', contextWindow: 8192, maxTokens: 1024 }] } } }))
+  fs.writeFileSync(modelsFile, JSON.stringify({ providers: { mock: { api: 'openai-completions', baseUrl: llm.baseUrl, apiKey: 'literal-key', models: ['scripted', ...(o.models ?? [])].map((id) => ({ id, contextWindow: 8192, maxTokens: 1024 })) } } }))
   const port = await freePort()
   const env: Record<string, string> = Object.fromEntries(Object.entries(process.env).filter(([k, v]) => v !== undefined && !k.startsWith('AGENTD_') && k !== 'DATABASE_URL' && k !== 'NODE_OPTIONS')) as Record<string, string>
   Object.assign(env, {
@@ -73,7 +75,7 @@ export async function startAgentdProcess(o: { kind: DbKind; env?: Record<string,
 
   const start = async () => {
     if (child) throw new Error('agentd is already running')
-    const c = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: PROJECT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    const c = spawn(process.execPath, serverArgs(), { cwd: PROJECT, env, stdio: ['ignore', 'pipe', 'pipe'] })
     child = c
     running.add(c)
     const keep = (b: Buffer) => (out = (out + b.toString()).slice(-100_000))

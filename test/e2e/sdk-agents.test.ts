@@ -1,7 +1,7 @@
 // @agentd/client for API.md §16 against a real agentd on PostgreSQL and PGlite: client.agents creates
 // (idempotent with an id), reads the latest and a named version, updates (a new version), lists page by
 // page and deletes; sessions.create({agent}) makes a session from it that keeps its version; errors are
-// AgentdErrors with the documented codes.
+// AgentdErrors with the documented codes. sessions.update changes a session's settings (API.md §4).
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentdClient, AgentdError, type Agent } from '../../clients/typescript/src/index.js'
@@ -62,5 +62,21 @@ describe.each(DB_KINDS)('@agentd/client agents on %s', (kind) => {
     expect((await client.sessions.get(s1.id)).agent).toEqual({ id: 'helper', version: 1 })
     expect(await codeOf(client.agents.create({ id: 'bad id', name: 'x', model: t.models.ref() }))).toEqual({ status: 400, code: 'bad-request' })
     expect(await codeOf(client.agents.create({ name: 'x', model: 'nowhere/none' }))).toEqual({ status: 422, code: 'model-unavailable' })
+  })
+
+  it("sessions.update changes a session's settings; the next turn asks with them; a bad one is an AgentdError and changes nothing", async () => {
+    const s = await client.sessions.create({ model: t.models.ref(), system: 'Before.' })
+    const updated = await client.sessions.update(s.id, { system: 'After.', maxTokens: 200, tools: [{ name: 'lookup', description: 'looks up', parameters: { type: 'object', properties: {} }, execution: { type: 'client' } }] })
+    expect(updated.settings).toMatchObject({ system: 'After.', maxTokens: 200, tools: [{ name: 'lookup' }] })
+    expect((await client.sessions.get(s.id)).settings).toEqual(updated.settings)
+    t.models.script(s.id, { text: ['ok'] })
+    await client.followup(s.id, 'hello')
+    const req = await t.models.waitForRequest(s.id, 1)
+    expect(req.context.systemPrompt).toBe('After.')
+    expect(req.context.tools?.map((x) => x.name)).toEqual(['lookup'])
+    expect(req.options?.maxTokens).toBe(200)
+    await t.waitIdle(s.id)
+    expect(await codeOf(client.sessions.update(s.id, { model: 'nowhere/none' }))).toEqual({ status: 422, code: 'model-unavailable' })
+    expect((await client.sessions.get(s.id)).settings).toEqual(updated.settings)
   })
 })

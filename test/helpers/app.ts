@@ -34,6 +34,8 @@ export interface TestAppOptions {
   wrapDb?: (db: Db) => Db
   /** the PostgreSQL bus's presence heartbeat (StartOptions.busHeartbeatMs) */
   busHeartbeatMs?: number
+  /** the PostgreSQL bus's window for doorbells and pokes (StartOptions.busWindowMs) */
+  busWindowMs?: number
   /** tokens' clock, identity providers' key-set cache, key reload interval (StartOptions.credentials) */
   credentials?: StartOptions['credentials']
 }
@@ -83,6 +85,7 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     mcpCallTimeoutMs: o.mcpCallTimeoutMs,
     webhooks: o.webhooks,
     busHeartbeatMs: o.busHeartbeatMs,
+    busWindowMs: o.busWindowMs,
     credentials: o.credentials,
   }
   const app = await startApp(config, opts)

@@ -9,6 +9,7 @@ import path from 'node:path'
 import pg from 'pg'
 import { migrate, openPg, openPglite } from '../../src/store/index.js'
 import { adminCandidates, baseUrl, configuredUrl, shownUrl, TEMPLATE_DB } from './db-urls.js'
+import { buildServer } from './server-build.js'
 
 type Provide = (k: 'pgTemplate' | 'pgliteTemplate' | 'pgAdminUrl', v: string) => void
 
@@ -54,6 +55,8 @@ export async function createDatabase(client: pg.Client, name: string, user: stri
 const userOf = (url: string) => decodeURIComponent(new URL(url).username) || os.userInfo().username
 
 export default async function setup({ provide }: { provide: Provide }) {
+  // the server end-to-end tests spawn, transpiled once (server-build.ts)
+  await buildServer()
   // PostgreSQL: a template database, migrated once
   const tmpl = `${TEMPLATE_DB}_${process.pid}`
   let adminUrl: string

@@ -291,6 +291,10 @@ export class SessionsApi {
     return this.t.call({ method: 'GET', path: sid(id), repeat: 'safe', signal: o.signal })
   }
 
+  /**
+   * Changes the title, metadata or settings (model, system, tools, mcpServers, maxTokens,
+   * reasoningEffort); settings apply from the session's next step.
+   */
   update(id: string, body: UpdateSessionInput, o: CallOpts = {}): Promise<Session> {
     return this.t.call({ method: 'PATCH', path: sid(id), body, repeat: 'idempotent', signal: o.signal })
   }

@@ -330,7 +330,7 @@ export interface paths {
         delete: operations["deleteSession"];
         options?: never;
         head?: never;
-        /** Set title and metadata */
+        /** Change a session's title, metadata or settings */
         patch: operations["updateSession"];
         trace?: never;
     };
@@ -920,13 +920,20 @@ export interface components {
             system?: string;
             tools?: components["schemas"]["ToolSpec"][];
         };
+        /** @description each setting given replaces the current one from the next step that starts after the PATCH (API.md §4) */
         PatchSessionBody: {
+            maxTokens?: number;
             mcpServers?: components["schemas"]["McpServer"][];
             /** @description any JSON object */
             metadata?: {
                 [key: string]: unknown;
             };
+            /** @description provider/modelId */
+            model?: string;
+            reasoningEffort?: "minimal" | "low" | "medium" | "high" | "xhigh";
+            system?: string;
             title?: string | null;
+            tools?: components["schemas"]["ToolSpec"][];
         };
         /** @description null removes the identity provider or the origins */
         PatchTenantBody: {
@@ -2467,6 +2474,15 @@ export interface operations {
             };
             /** @description HTTP 409 */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description HTTP 422 */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
