@@ -278,10 +278,4 @@ export class Feeds {
   drop(key: string): void {
     this.feeds.delete(key)
   }
-
-  get size(): number {
-    let n = 0
-    for (const f of this.feeds.values()) n += f.subscribers.size
-    return n
-  }
 }

@@ -14,8 +14,6 @@ export interface CommitNotice {
   seq: number
   /** the committed events, in order, when the commit happened in this process */
   events?: readonly StoredEvent[]
-  /** true when the notice came from another process */
-  remote?: boolean
 }
 
 export interface SessionListener {
@@ -66,8 +64,6 @@ export interface Bus {
   invalidate(topic: string): Promise<void>
   /** sees invalidations of every topic, and null when the cross-process channel dropped (drop all caches) */
   onInvalidate(handler: (topic: string | null) => void): () => void
-  /** listeners of every session: used by metrics and plugins' session/event */
-  subscriberCount(sessionKey?: string): number
   close(): Promise<void>
 }
 
@@ -212,13 +208,6 @@ export class LocalHub implements Bus {
   onWake(handler: (sessionKey: string) => boolean | void): () => void {
     this.wakeHandlers.add(handler)
     return () => this.wakeHandlers.delete(handler)
-  }
-
-  subscriberCount(sessionKey?: string): number {
-    if (sessionKey !== undefined) return this.sessions.get(sessionKey)?.size ?? 0
-    let n = 0
-    for (const s of this.sessions.values()) n += s.size
-    return n
   }
 
   async close(): Promise<void> {

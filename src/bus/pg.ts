@@ -171,7 +171,7 @@ export class PgBus extends LocalHub {
       this.peers.set(m.o, Date.now())
     }
     for (const [s, f] of m.f ?? []) this.deliverLive(s, f)
-    for (const [s, q] of m.c ?? []) this.deliverCommit(s, { seq: q, remote: true })
+    for (const [s, q] of m.c ?? []) this.deliverCommit(s, { seq: q })
     for (const s of m.p ?? []) this.deliverPoke(s)
     for (const t of m.t ?? []) this.deliverInvalidate(t)
   }

@@ -10,9 +10,6 @@ import type { ContentBlock, EpochHeader, Inbox, Message, SessionEvent, SplicedDa
 
 export type Undo = () => void
 
-
-export const SNAPSHOT_SOURCE = { kind: 'plugin', plugin: 'system-prompt', form: 'snapshot' } as const
-
 export function isSnapshotMessage(m: unknown): boolean {
   const s = (m as UserMessage | undefined)?.source as Record<string, unknown> | undefined
   return !!s && s.kind === 'plugin' && s.plugin === 'system-prompt' && s.form === 'snapshot'

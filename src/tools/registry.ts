@@ -71,8 +71,4 @@ export class ToolRegistry extends Service {
   get(name: string): RegisteredTool | undefined {
     return this.tools.get(name)?.at(-1)
   }
-
-  names(): string[] {
-    return [...this.tools.keys()].sort()
-  }
 }

@@ -78,3 +78,39 @@ describe('src/ imports', () => {
     expect(cycles()).toEqual([])
   })
 })
+
+// The client SDK (clients/typescript/src) is loaded by browsers and bundlers, where a module that
+// imports itself back at run time may see the other half undefined. Its type imports may go both ways
+// (run.ts names the client's type); what is evaluated may not.
+describe('the client SDK imports', () => {
+  const SDK = path.resolve(import.meta.dirname, '../../clients/typescript/src')
+  const sdkFiles = sources(SDK)
+  const runtimeImportsOf = (file: string): string[] => {
+    const text = fs.readFileSync(file, 'utf8')
+    const out: string[] = []
+    for (const m of text.matchAll(/^\s*(import|export)(\s+type\b)?[^'"]*?\bfrom\s+['"](\.[^'"]+)['"]|^\s*import\s+['"](\.[^'"]+)['"]/gm)) {
+      if (m[2]) continue
+      const spec = m[3] ?? m[4]
+      out.push(path.resolve(path.dirname(file), spec.replace(/\.js$/, '.ts')))
+    }
+    return out
+  }
+  const sdkGraph = new Map(sdkFiles.map((f) => [f, runtimeImportsOf(f)]))
+
+  it('has no run-time import cycle', () => {
+    // depth-first search for a back edge: a file reached again while it is still on the path
+    const state = new Map<string, 'open' | 'done'>()
+    const found: string[] = []
+    const visit = (f: string, trail: string[]) => {
+      state.set(f, 'open')
+      for (const d of sdkGraph.get(f) ?? []) {
+        if (!sdkGraph.has(d)) continue
+        if (state.get(d) === 'open') found.push([...trail, f, d].map((x) => path.relative(SDK, x)).join(' → '))
+        else if (!state.has(d)) visit(d, [...trail, f])
+      }
+      state.set(f, 'done')
+    }
+    for (const f of sdkFiles) if (!state.has(f)) visit(f, [])
+    expect(found).toEqual([])
+  })
+})

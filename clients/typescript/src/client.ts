@@ -5,6 +5,7 @@
 import { Transport, type Repeatable, type TransportOptions } from './http.js'
 import { runTurn, type RunOptions, type RunResult } from './run.js'
 import { openStream, type SessionStream, type StreamOptions } from './stream.js'
+import { newIdempotencyKey } from './keys.js'
 import type {
   Accepted,
   Agent,
@@ -76,12 +77,7 @@ function defaultRepeat(method: string, keyed: boolean): Repeatable {
   return keyed || method === 'PUT' ? 'idempotent' : 'once'
 }
 
-/** A fresh idempotency key: 128 random bits (getRandomValues works in insecure browser contexts too). */
-export function newIdempotencyKey(): string {
-  const b = new Uint8Array(16)
-  globalThis.crypto.getRandomValues(b)
-  return `sdk-${Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('')}`
-}
+export { newIdempotencyKey }
 
 const sid = (id: string) => `/v1/sessions/${encodeURIComponent(id)}`
 const aid = (id: string) => `/v1/agents/${encodeURIComponent(id)}`

@@ -4,7 +4,7 @@
 // answered through the caller's handlers: client tools by name, approvals through `approve`.
 
 import type { AgentdClient, SendOptions } from './client.js'
-import { newIdempotencyKey } from './client.js'
+import { newIdempotencyKey } from './keys.js'
 import { AgentdError } from './errors.js'
 import type { Accepted, ApprovalInput, ContentBlock, InputContent, Message, PendingCall, SessionEvent, StreamFrame, ToolResultInput, TurnEndReason } from './types.js'
 import { isEvent } from './types.js'
