@@ -159,12 +159,18 @@ async function main(): Promise<void> {
     return l.length ? l[Math.floor(rand() * l.length)] : -1
   }
 
-  const cleanup = async () => {
+  // keepDb: a failed soak leaves its database (and the processes' logs) for the post-mortem
+  const cleanup = async (keepDb = false) => {
     stopping = true
     for (const p of procs) if (p?.alive) p.child.kill('SIGKILL')
     await Promise.all(procs.map((p) => p?.exited))
     await llm.close()
     await tools.close()
+    if (keepDb) {
+      console.log(`  kept for inspection: database ${dbName}, process files in ${dir}`)
+      await admin.end()
+      return
+    }
     await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {})
     await admin.end()
     fs.rmSync(dir, { recursive: true, force: true })
@@ -497,7 +503,7 @@ async function main(): Promise<void> {
     if (problems.length > 40) console.log(`  … ${problems.length - 40} more problems`)
     const ok = problems.length === 0 && sum.accepted === sum.answered + sum.crashLoopStopped
     console.log(ok ? 'soak passed' : 'soak FAILED')
-    await cleanup()
+    await cleanup(!ok)
     process.exit(ok ? 0 : 1)
   } catch (e) {
     console.error('soak aborted:', e)
