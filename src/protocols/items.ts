@@ -63,6 +63,8 @@ export interface ToolResultItem extends ItemCommon {
   type: 'tool-result'
   callId: string
   name: string
+  /** the call's arguments (JSON text, as tool/call logged them) */
+  arguments: string
   kind: ToolKind
   result: ToolResult
 }
