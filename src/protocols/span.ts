@@ -533,7 +533,8 @@ export class SpanFold {
         if (item.status !== 'in_progress') return
         if (item.type === 'tool-call' && b.type === 'tool-call') item.arguments = b.arguments
         else if (item.type !== 'tool-call' && (b.type === 'text' || b.type === 'reasoning')) item.text = b.text
-        this.done(span, item, 'completed')
+        // done only when the attempt finishes: a block that ended in an attempt that then failed
+        // ends incomplete (API.md §17 intro: a retried attempt's items end incomplete)
         return
       }
       case 'finish': {
