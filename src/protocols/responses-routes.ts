@@ -10,7 +10,7 @@ import { bodyHash, idempotencyMessageId, type SettingsInput } from '../agent/ind
 import { canonicalJson, normalizeContent, toUserMessage, type ContentBlock, type JsonObject, type UserMessage } from '../session/index.js'
 import { deleteSession, getSession, listPending, readEvents, type SessionRow } from '../store/index.js'
 import type { HttpDeps } from '../http/deps.js'
-import type { Subscription } from '../http/feed.js'
+import { batch, type Subscription } from '../http/feed.js'
 import { changeSession } from '../http/sessions.js'
 import { inputItems, parseResponseId, ResponseProjector, responseId, sseText, toResponse } from './responses.js'
 import { foldSpans, kindsOf, SpanFold } from './span.js'
@@ -183,26 +183,37 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     req.session = row
     const proj = new ResponseProjector(row.id, spanId)
     let finished = false
+    // frames of one event-loop turn leave together, as the native stream's do (http/feed.ts batch)
+    let pending = ''
+    const flush = () => {
+      if (!pending || res.writableEnded) return
+      const text = pending
+      pending = ''
+      res.write(text)
+    }
+    const write = (text: string) => {
+      if (!pending) batch.add(flush)
+      pending += text
+    }
     const fold = new SpanFold({
       toolKind: kindsOf(row.tools as never),
       onOp: (op) => {
         if (finished) return
-        let text = ''
-        for (const e of proj.op(op)) if (e.sequence > after) text += sseText(e)
-        if (text) res.write(text)
+        for (const e of proj.op(op)) if (e.sequence > after) write(sseText(e))
         if (proj.done) {
           finished = true
-          res.write('data: [DONE]\n\n')
+          write('data: [DONE]\n\n')
           sub.close()
         }
       },
     })
     const sub = followSession(deps, req, -1, { event: (e) => fold.event(e), frame: (f) => fold.frame(f.event, f.data) }, {
-      buffered: () => res.writableLength,
+      buffered: () => res.writableLength + pending.length,
       ping: () => {
         if (!res.writableEnded) res.write(': ping\n\n')
       },
       end: (reason) => {
+        flush()
         if (reason === 'slow-consumer' && !res.writableEnded) res.write(`event: error\ndata: ${JSON.stringify({ type: 'error', code: 'slow-consumer', message: 'the client did not read fast enough; resume with starting_after', param: null })}\n\n`)
         res.end()
       },
