@@ -284,7 +284,10 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
     // the session: created, forked, or changed as a PATCH would
     if (!row) {
-      const created = await deps.sessions.create(tenantId, { ...(agent !== undefined ? { agent } : {}), ...settings } as never, req.principal!.grant?.subject ?? null)
+      // an Idempotency-Key names the new session too (`conv-` + the message id it derives), so a repeated
+      // create finds the session it made and the delivery there answers the original response
+      const id = header !== undefined ? { id: `conv-${idempotencyMessageId(String(header))}` } : {}
+      const created = await deps.sessions.create(tenantId, { ...id, ...(agent !== undefined ? { agent } : {}), ...settings } as never, req.principal!.grant?.subject ?? null)
       row = created.row
     } else {
       if (forkAt !== undefined) row = await deps.sessions.fork(row, forkAt)
