@@ -8,13 +8,13 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, badRequest } from '../errors.js'
 import { bodyHash, idempotencyMessageId, type SettingsInput } from '../agent/index.js'
 import { canonicalJson, normalizeContent, toUserMessage, type ContentBlock, type JsonObject, type UserMessage } from '../session/index.js'
-import { deleteSession, getSession, listPending, readEvents, type SessionRow } from '../store/index.js'
+import { deleteSession, getSession, listPending, type SessionRow } from '../store/index.js'
 import type { HttpDeps } from '../http/deps.js'
 import { batch, type Subscription } from '../http/feed.js'
 import { changeSession } from '../http/sessions.js'
 import { inputItems, parseResponseId, ResponseProjector, responseId, sseText, toResponse } from './responses.js'
-import { foldSpans, kindsOf, SpanFold } from './span.js'
-import { followSession, waitForSpan } from './source.js'
+import { kindsOf, SpanFold } from './span.js'
+import { followSession, SpanFolds } from './source.js'
 import type { Span } from './items.js'
 import { OpenBody } from '../http/schemas.js'
 
@@ -147,9 +147,6 @@ async function differing(deps: HttpDeps, row: SessionRow, s: SettingsInput): Pro
   return out
 }
 
-async function foldOf(deps: HttpDeps, row: SessionRow): Promise<SpanFold> {
-  return foldSpans(await readEvents(deps.db, row.key), { toolKind: kindsOf(row.tools as never) })
-}
 
 /** The session and span a response id names, of the caller's tenant (another tenant's: not found). */
 async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string): Promise<{ row: SessionRow; spanId: string }> {
@@ -164,6 +161,9 @@ const json = (reply: FastifyReply, code: number, o: unknown) => reply.code(code)
 
 export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
   const streams = new Set<Subscription>()
+  // the folds of recently used sessions, caught up on use (source.ts)
+  const folds = new SpanFolds(deps)
+  const foldOf = (_deps: HttpDeps, row: SessionRow) => folds.current(row)
   app.addHook('preClose', async () => {
     for (const s of [...streams]) s.close()
   })
@@ -231,7 +231,7 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     return toResponse(row.id, span)
   }
 
-  const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => waitForSpan(deps, row.key, spanId, { toolKind: kindsOf(row.tools as never), signal })
+  const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => folds.until(row, spanId, signal)
 
   app.post('/responses', { config: { createsSession: true }, schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
     const b = (req.body ?? {}) as Record<string, unknown>
