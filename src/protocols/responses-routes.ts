@@ -149,10 +149,10 @@ async function differing(deps: HttpDeps, row: SessionRow, s: SettingsInput): Pro
 
 
 /** The session and span a response id names, of the caller's tenant (another tenant's: not found). */
-async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string): Promise<{ row: SessionRow; spanId: string }> {
+async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string, inbox = false): Promise<{ row: SessionRow; spanId: string }> {
   const p = parseResponseId(id)
   if (!p) throw notFound(`response ${id}`)
-  const row = await getSession(deps.db, req.principal!.tenantId, p.sessionId)
+  const row = await getSession(deps.db, req.principal!.tenantId, p.sessionId, { inbox })
   if (!row) throw notFound(`response ${id}`)
   return { row, spanId: p.spanId }
 }
@@ -255,10 +255,11 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     if (conv !== undefined) {
       const id = typeof conv === 'string' ? conv : typeof conv?.id === 'string' ? conv.id : undefined
       if (!id) throw bad('conversation must be an id or {id}', 'conversation')
-      row = await getSession(deps.db, tenantId, id)
+      // with its pending input, for the delivery to plan on (as the native routes' authentication reads it)
+      row = await getSession(deps.db, tenantId, id, { inbox: true })
       if (!row) throw notFound(`conversation ${id}`)
     } else if (typeof b.previous_response_id === 'string') {
-      const found = await findResponse(deps, req, b.previous_response_id)
+      const found = await findResponse(deps, req, b.previous_response_id, true)
       row = found.row
       const fold = await foldOf(deps, row)
       const span = fold.get(found.spanId)

@@ -162,7 +162,8 @@ export class SpanFolds {
 
   /** Resolves with the session's fold once span `id` has ended, followed in any process (waitForSpan). */
   async until(row: { key: string; tools: readonly unknown[] }, id: string, signal?: AbortSignal): Promise<SpanFold> {
-    const fold = await this.current(row)
+    // the subscription reads what the fold lacks itself (from its head): no separate catch-up read
+    const fold = this.entry(row)
     return waitForSpan(this.deps, row.key, id, { toolKind: kindsOf(row.tools as ToolSpecLike[]), signal, fold })
   }
 }
