@@ -12,6 +12,7 @@ import { deleteSession, getSession, listPending, type SessionRow } from '../stor
 import type { HttpDeps } from '../http/deps.js'
 import { batch, type Subscription } from '../http/feed.js'
 import { changeSession } from '../http/sessions.js'
+import { reaches } from '../http/auth.js'
 import { inputItems, parseResponseId, ResponseProjector, responseId, sseText, toResponse } from './responses.js'
 import { kindsOf, SpanFold } from './span.js'
 import { followSession, SpanFolds } from './source.js'
@@ -153,8 +154,19 @@ async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string, inb
   const p = parseResponseId(id)
   if (!p) throw notFound(`response ${id}`)
   const row = await getSession(deps.db, req.principal!.tenantId, p.sessionId, { inbox })
-  if (!row) throw notFound(`response ${id}`)
+  if (!row || !reachable(req, row)) throw notFound(`response ${id}`)
   return { row, spanId: p.spanId }
+}
+
+/** A token reaches only its own sessions (API.md §18); a key reaches the tenant's. */
+const reachable = (req: FastifyRequest, row: SessionRow) => !req.principal?.grant || reaches(req.principal.grant, row)
+
+/** A token limited to sessions or agents creates only those (API.md §18): here, only sessions of an agent it lists. */
+function mayCreate(req: FastifyRequest, agent: string | undefined): void {
+  const g = req.principal?.grant
+  if (!g) return
+  if (g.sessions) throw new ApiError('forbidden', 'this token reaches only the sessions it lists: name one as conversation')
+  if (g.agents && !(agent !== undefined && g.agents.includes(agent.split('@')[0]))) throw new ApiError('forbidden', 'this token creates only sessions of the agents it lists: give one of them as model agent:<id>')
 }
 
 const json = (reply: FastifyReply, code: number, o: unknown) => reply.code(code).type('application/json').send(JSON.stringify(o))
@@ -233,7 +245,7 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
   const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => folds.until(row, spanId, signal)
 
-  app.post('/responses', { config: { createsSession: true }, schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
+  app.post('/responses', { schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
     const b = (req.body ?? {}) as Record<string, unknown>
     if (typeof b !== 'object' || Array.isArray(b)) throw bad('the body must be an object', '')
     for (const k of Object.keys(b)) if (!FIELDS.has(k) && !IGNORED.has(k)) throw bad(`unknown field ${k}`, k)
@@ -257,7 +269,7 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
       if (!id) throw bad('conversation must be an id or {id}', 'conversation')
       // with its pending input, for the delivery to plan on (as the native routes' authentication reads it)
       row = await getSession(deps.db, tenantId, id, { inbox: true })
-      if (!row) throw notFound(`conversation ${id}`)
+      if (!row || !reachable(req, row)) throw notFound(`conversation ${id}`)
     } else if (typeof b.previous_response_id === 'string') {
       const found = await findResponse(deps, req, b.previous_response_id, true)
       row = found.row
@@ -284,6 +296,7 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     if (input.content) message = toUserMessage({ content: input.content, source: { kind: 'user', responses: facts } }, { kind: 'user' }, header !== undefined ? idempotencyMessageId(String(header)) : undefined)
 
     // the session: created, forked, or changed as a PATCH would
+    if (!row) mayCreate(req, agent)
     if (!row) {
       // an Idempotency-Key names the new session too (`conv-` + the message id it derives), so a repeated
       // create finds the session it made and the delivery there answers the original response
@@ -356,13 +369,14 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
   const conversation = (row: SessionRow) => ({ id: row.id, object: 'conversation', created_at: Math.floor(row.createdAt / 1000), metadata: row.metadata ?? {} })
 
-  app.post('/conversations', { config: { optionalBody: true, createsSession: true }, schema: { operationId: 'createConversation', summary: 'OpenAI Conversations: create a session', body: OpenBody } }, async (req, reply) => {
+  app.post('/conversations', { config: { optionalBody: true }, schema: { operationId: 'createConversation', summary: 'OpenAI Conversations: create a session', body: OpenBody } }, async (req, reply) => {
     const b = (req.body ?? {}) as { metadata?: Record<string, unknown>; items?: unknown }
     for (const k of Object.keys(b)) if (k !== 'metadata' && k !== 'items') throw bad(`unknown field ${k}`, k)
     if (b.items !== undefined && (!Array.isArray(b.items) || b.items.length)) throw bad('items are not accepted: agentd keeps the history itself', 'items')
     const metadata = (b.metadata ?? {}) as JsonObject
     if (typeof metadata !== 'object' || Array.isArray(metadata)) throw bad('metadata must be an object', 'metadata')
     const agent = typeof metadata.agent === 'string' ? (metadata.agent as string).replace(/^agent:/, '') : undefined
+    mayCreate(req, agent)
     const { row } = await deps.sessions.create(req.principal!.tenantId, { ...(agent ? { agent } : {}), metadata } as never, req.principal!.grant?.subject ?? null)
     return json(reply, 200, conversation(row))
   })
