@@ -325,7 +325,10 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
     if (b.stream === true) return stream(req, reply, row, spanId, -1)
     if (b.background === true) return json(reply, 200, await current(row, spanId))
-    const fold = await until(row, spanId)
+    // a client that leaves cancels nothing (API.md §17.1): only this wait ends
+    const left = new AbortController()
+    reply.raw.on('close', () => left.abort())
+    const fold = await until(row, spanId, left.signal)
     return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
   })
 
@@ -351,7 +354,19 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     const span = (await foldOf(deps, row)).peek(spanId)
     if (!span) throw notFound(`response ${id}`)
     if (span.ended) return json(reply, 200, toResponse(row.id, span))
-    await deps.intake.cancel(row, false)
+    // a response still queued is its input alone: withdrawing it (a cancelling removal) cancels it and
+    // leaves the turn that runs meanwhile alone; once claimed, its turn is cancelled
+    let withdrawn = false
+    if (span.status === 'queued' && span.opener.kind === 'input') {
+      withdrawn = await deps.intake.removeFromInbox(row, span.opener.messageId).then(
+        () => true,
+        (e) => {
+          if (e instanceof ApiError && e.code === 'queue-item-not-found') return false
+          throw e
+        },
+      )
+    }
+    if (!withdrawn) await deps.intake.cancel(row, false)
     const fold = await until(row, spanId)
     return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
   })
