@@ -16,7 +16,9 @@ import { VERSION } from '../http/ops.js'
 import { sessionFilter } from '../http/auth.js'
 import { toApiError } from '../http/errors.js'
 import { answerCall, mayUseAgent, reachableSession, requireWrite, sendFollowup, sessionFor } from './calls.js'
-import { waitOutcome, type Outcome } from './outcome.js'
+import { finalText, pendingOf, waitSpan } from './outcome.js'
+import { SpanFold } from './span.js'
+import type { Span } from './items.js'
 
 /** send_message waits this long by default, and at most MAX_WAIT_SECONDS (API.md §17.5). */
 export const DEFAULT_WAIT_SECONDS = 30
@@ -82,12 +84,11 @@ export const MCP_TOOLS: Tool[] = (Object.keys(INPUTS) as ToolName[]).map((name) 
 const toolError = (text: string): CallToolResult => ({ isError: true, content: [{ type: 'text', text }] })
 const json = (v: Record<string, unknown>): CallToolResult => ({ content: [{ type: 'text', text: JSON.stringify(v) }], structuredContent: v })
 
-/** API.md §17.5 status of a span's outcome. */
-function statusOf(o: Outcome): 'completed' | 'in_progress' | 'requires_action' | 'failed' {
-  if (o.status === 'completed') return 'completed'
-  if (o.status === 'input-required') return 'requires_action'
-  if (o.status === 'failed' || o.status === 'canceled') return 'failed'
-  return 'in_progress'
+/** API.md §17.5 status of a span: a wait is requires_action, a max-tokens end completes, a cancel fails. */
+function statusOf(span: Span | undefined): 'completed' | 'in_progress' | 'requires_action' | 'failed' {
+  if (!span?.ended) return 'in_progress'
+  if (span.waits.length) return 'requires_action'
+  return span.status === 'completed' || span.status === 'incomplete' ? 'completed' : 'failed'
 }
 
 /** One line per message-like event: what an MCP host's model can read at a glance. */
@@ -130,10 +131,18 @@ function handlers(deps: HttpDeps, p: Principal, signal: AbortSignal): { [K in To
       requireWrite(p)
       const row = await sessionFor(deps, p, { id: a.session, agent: a.agent })
       const accepted = await sendFollowup(deps, row, a.text, { idempotencyKey: a.idempotencyKey })
-      const o = await waitOutcome(deps.db, row, accepted.seq, accepted.messageId, (a.waitSeconds ?? DEFAULT_WAIT_SECONDS) * 1000, signal)
-      const status = statusOf(o)
-      const out = { status, session: row.id, turn: o.turn, ...(o.text !== undefined ? { text: o.text } : {}), ...(o.pending ? { pending: o.pending } : {}), ...(o.error ? { error: o.error } : {}) }
-      const said = status === 'completed' ? (o.text ?? '') : status === 'requires_action' ? `The agent waits for: ${o.pending!.map((c) => `${c.kind === 'approval' ? 'approval of' : 'a result of'} ${c.name}(${c.arguments}) [callId ${c.callId}]`).join('; ')}. Answer with answer_pending.` : status === 'failed' ? `The turn ended ${o.reason}${o.error?.message ? `: ${o.error.message}` : ''}.` : `Still working: read session ${row.id} later (read_session).`
+      const fold = await waitSpan(deps, row, SpanFold.inputId(accepted.seq), (a.waitSeconds ?? DEFAULT_WAIT_SECONDS) * 1000, signal)
+      const span = fold.get(SpanFold.inputId(accepted.seq))
+      const status = statusOf(span)
+      const text = span ? finalText(span) : undefined
+      const pending = status === 'requires_action' ? pendingOf(span!) : undefined
+      const error = status === 'failed' ? (span!.error ?? { code: span!.status, message: `the turn ended ${span!.status}` }) : undefined
+      const out = { status, session: row.id, turn: span?.turn || null, ...(text !== undefined ? { text } : {}), ...(pending ? { pending } : {}), ...(error ? { error } : {}) }
+      const said =
+        status === 'completed' ? (text ?? '')
+        : status === 'requires_action' ? `The agent waits for: ${pending!.map((c) => `${c.kind === 'approval' ? 'approval of' : 'a result of'} ${c.name}(${c.arguments}) [callId ${c.callId}]`).join('; ')}. Answer with answer_pending.`
+        : status === 'failed' ? `The turn failed: ${error!.code}: ${error!.message}`
+        : `Still working: read session ${row.id} later (read_session).`
       return { content: [{ type: 'text', text: said }], structuredContent: out, ...(status === 'failed' ? { isError: true } : {}) }
     },
     async read_session(a) {

@@ -1,75 +1,65 @@
-// Where the span that admitted a message stands (API.md §17 intro), read from the log: not yet
-// claimed, running, waiting for a client result or an approval, or ended — with its turn and final text.
-// Interim, until the protocol core's span fold (span.ts) is merged: then this becomes a view of it.
+// Waiting for a span (API.md §17 intro) for a bounded time, as the agent-facing protocols do (MCP's
+// send_message, A2A's blocking SendMessage): the core's fold over the session's feed from its start,
+// in any process, answered with where the span stands when it ended or when the time ran out.
 
-import { listPending, readEvents, type Db, type SessionRow } from '../store/index.js'
-import type { SessionEvent } from '../session/index.js'
+import type { HttpDeps } from '../http/deps.js'
+import type { SessionRow } from '../store/index.js'
+import type { Span, ToolCallItem } from './items.js'
+import { kindsOf, SpanFold, type ToolSpecLike } from './span.js'
+import { watchSession } from './source.js'
 
-export type OutcomeStatus = 'submitted' | 'working' | 'input-required' | 'completed' | 'failed' | 'canceled'
+/** The fold options of a session: who answers each of its tools (span.ts kindsOf). */
+export const foldOptionsOf = (row: Pick<SessionRow, 'tools'>) => ({ toolKind: kindsOf(row.tools as unknown as ToolSpecLike[]) })
 
-export interface Outcome {
-  status: OutcomeStatus
-  /** the turn that claimed the message (null while unclaimed) */
-  turn: number | null
-  /** the text of the span's last assistant message that has text */
-  text?: string
-  /** the calls the span waits on (input-required) */
-  pending?: Array<{ callId: string; name: string; kind: 'client' | 'approval'; arguments: string }>
-  /** the turn's end reason kind (ended spans) */
-  reason?: string
-  error?: { code?: string; message?: string }
-}
-
-const data = (e: SessionEvent) => e.data as Record<string, any>
-
-/** The span of `messageId` as the events from `fromSeq` on show it (pending: the session's unanswered calls). */
-export function foldOutcome(events: readonly SessionEvent[], messageId: string, pending: Outcome['pending'] = []): Outcome {
-  const claim = events.findIndex((e) => e.type === 'user/message' && data(e).id === messageId)
-  if (claim < 0) return { status: 'submitted', turn: null }
-  let turn: number | null = null
-  for (let i = claim; i >= 0; i--) if (events[i].type === 'turn/start') {
-    turn = data(events[i]).turn
-    break
-  }
-  let text: string | undefined
-  const calls = new Map<string, boolean>()
-  let current = turn
-  for (let i = claim + 1; i < events.length; i++) {
-    const e = events[i]
-    const d = data(e)
-    if (e.type === 'assistant/message') {
-      const t = ((d.message?.content ?? []) as Array<{ type: string; text?: string }>).filter((b) => b.type === 'text').map((b) => b.text ?? '').join('')
-      if (t) text = t
-    } else if (e.type === 'tool/call') calls.set(d.callId, false)
-    else if (e.type === 'tool/result') calls.set(d.message?.source?.callId, true)
-    else if (e.type === 'turn/start' && d.continues === current) current = d.turn
-    else if (e.type === 'turn/end' && d.turn === current) {
-      const kind = d.reason?.kind as string
-      if (kind === 'interrupted') continue // a continuation follows (SPEC §19): the same span
-      const status: OutcomeStatus = kind === 'completed' || kind === 'max-tokens' ? 'completed' : kind === 'aborted' ? 'canceled' : 'failed'
-      return { status, turn, text, reason: kind, ...(d.reason?.error ? { error: { code: d.reason.error.code, message: d.reason.error.message } } : {}) }
+/**
+ * Follows the session until span `id` ends, `ms` pass or `signal` aborts, and answers the fold as it
+ * stands then (the span may be missing from it only when the id is not one of the session's).
+ */
+export function waitSpan(deps: Pick<HttpDeps, 'feeds' | 'snapshot'>, row: SessionRow, id: string, ms: number, signal?: AbortSignal): Promise<SpanFold> {
+  return new Promise((resolve, reject) => {
+    const fold = new SpanFold(foldOptionsOf(row))
+    let done = false
+    const finish = (err?: Error) => {
+      if (done) return
+      done = true
+      clearTimeout(timer)
+      w.close()
+      signal?.removeEventListener('abort', onAbort)
+      if (err) reject(err)
+      else resolve(fold)
     }
-  }
-  const open = [...calls].filter(([, done]) => !done).map(([id]) => id)
-  const waiting = pending.filter((p) => open.includes(p.callId))
-  if (open.length && waiting.length === open.length) return { status: 'input-required', turn, text, pending: waiting }
-  return { status: 'working', turn, text }
+    const check = () => {
+      if (fold.get(id)?.ended) finish()
+    }
+    const onAbort = () => finish()
+    const timer = setTimeout(() => finish(), Math.max(0, ms))
+    const w = watchSession(deps, row.key, -1, {
+      event: (e) => {
+        fold.event(e)
+        check()
+      },
+      frame: (f) => fold.frame(f.event, f.data),
+      fail: (e) => finish(e),
+    })
+    if (signal?.aborted) return finish()
+    signal?.addEventListener('abort', onAbort, { once: true })
+    void w.start().then(check, (e: Error) => finish(e))
+  })
 }
 
-/** The span's outcome now. */
-export async function readOutcome(db: Db, row: SessionRow, fromSeq: number, messageId: string): Promise<Outcome> {
-  const events = await readEvents(db, row.key, fromSeq - 1)
-  const pending = (await listPending(db, row.key)).map((p) => ({ callId: p.callId, name: p.name, kind: p.kind, arguments: p.arguments }))
-  return foldOutcome(events, messageId, pending)
+/** The text of the span's last text item that has any: its answer. */
+export function finalText(span: Span): string | undefined {
+  for (let i = span.items.length - 1; i >= 0; i--) {
+    const item = span.items[i]
+    if (item.type === 'text' && item.text) return item.text
+  }
+  return undefined
 }
 
-/** Waits up to `ms` for the span to end (completed, failed, canceled) or wait (input-required). */
-export async function waitOutcome(db: Db, row: SessionRow, fromSeq: number, messageId: string, ms: number, signal?: AbortSignal): Promise<Outcome> {
-  const deadline = Date.now() + ms
-  for (;;) {
-    const o = await readOutcome(db, row, fromSeq, messageId)
-    if (o.status !== 'submitted' && o.status !== 'working') return o
-    if (Date.now() >= deadline || signal?.aborted) return o
-    await new Promise((r) => setTimeout(r, Math.min(100, Math.max(1, deadline - Date.now()))))
-  }
+/** The calls an ended span waits on, with their arguments (the tool-call items that made them). */
+export function pendingOf(span: Span): Array<{ callId: string; name: string; kind: 'client' | 'approval'; arguments: string }> {
+  return span.waits.map((w) => {
+    const item = span.items.find((i): i is ToolCallItem => i.type === 'tool-call' && i.callId === w.callId)
+    return { callId: w.callId, name: w.name, kind: w.kind, arguments: item?.arguments ?? '' }
+  })
 }
