@@ -63,6 +63,8 @@ export interface ToolResultItem extends ItemCommon {
   type: 'tool-result'
   callId: string
   name: string
+  /** the call's arguments (JSON text, as tool/call logged them) */
+  arguments: string
   kind: ToolKind
   result: ToolResult
 }
@@ -124,7 +126,7 @@ export type SpanOp =
   | { op: 'item-add'; span: Span; item: SpanItem }
   /** text, reasoning or tool-argument text appended to an item */
   | { op: 'delta'; span: Span; item: TextItem | ReasoningItem | ToolCallItem; delta: string }
-  /** text/reasoning complete, or a tool call's arguments complete (item.status says how it ended) */
+  /** an attempt's item ended, when the attempt finished or settled (item.status: completed, or incomplete for a failed, cut or truncated attempt) */
   | { op: 'item-done'; span: Span; item: SpanItem }
   /** a tool call of this span got its result (item.result), or a result item of an earlier call was added */
   | { op: 'tool-result'; span: Span; item: ToolCallItem | ToolResultItem }

@@ -12,13 +12,14 @@ import { watchSession } from './source.js'
 export const foldOptionsOf = (row: Pick<SessionRow, 'tools'>) => ({ toolKind: kindsOf(row.tools as unknown as ToolSpecLike[]) })
 
 /**
- * Follows the session until span `id` ends, `ms` pass or `signal` aborts, and answers the fold as it
- * stands then (the span may be missing from it only when the id is not one of the session's).
+ * Follows the session until span `id` ends, `ms` pass (counted once the log so far is folded) or
+ * `signal` aborts, and answers the fold as it stands then (the span may be missing from it only when the id is not one of the session's).
  */
 export function waitSpan(deps: Pick<HttpDeps, 'feeds' | 'snapshot'>, row: SessionRow, id: string, ms: number, signal?: AbortSignal): Promise<SpanFold> {
   return new Promise((resolve, reject) => {
     const fold = new SpanFold(foldOptionsOf(row))
     let done = false
+    let timer: NodeJS.Timeout | undefined
     const finish = (err?: Error) => {
       if (done) return
       done = true
@@ -32,7 +33,6 @@ export function waitSpan(deps: Pick<HttpDeps, 'feeds' | 'snapshot'>, row: Sessio
       if (fold.get(id)?.ended) finish()
     }
     const onAbort = () => finish()
-    const timer = setTimeout(() => finish(), Math.max(0, ms))
     const w = watchSession(deps, row.key, -1, {
       event: (e) => {
         fold.event(e)
@@ -43,7 +43,14 @@ export function waitSpan(deps: Pick<HttpDeps, 'feeds' | 'snapshot'>, row: Sessio
     })
     if (signal?.aborted) return finish()
     signal?.addEventListener('abort', onAbort, { once: true })
-    void w.start().then(check, (e: Error) => finish(e))
+    // the time runs from when the log so far is folded: even a wait of 0 answers the span as it stands
+    void w.start().then(
+      () => {
+        check()
+        if (!done) timer = setTimeout(() => finish(), Math.max(0, ms))
+      },
+      (e: Error) => finish(e),
+    )
   })
 }
 

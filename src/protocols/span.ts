@@ -65,7 +65,7 @@ interface TurnState {
   /** between turn/start and the end of its claim: what it claimed */
   opening?: { seq: number; time: number; claimed: UserMessage[]; continues?: number; prompt?: UserMessage }
   /** calls of the turn still without a result, in log order */
-  open: Array<{ callId: string; name: string; kind: ToolKind }>
+  open: Array<{ callId: string; name: string; arguments: string; kind: ToolKind }>
   /** tool-call items of the turn by call id (their span may be an earlier one) */
   calls: Map<string, { item: ToolCallItem; span: Span }>
   /** the span ended at a wait after this event; the next span opens at the next event that is not a tool/call or a splice */
@@ -140,7 +140,24 @@ export class SpanFold {
     if (!t?.waited || this.current) return undefined
     const span = this.spans.at(-1)
     if (!span) return undefined
-    return { span, seq: t.waited.seq, calls: t.open.filter((c): c is { callId: string; name: string; kind: WaitKind } => c.kind !== 'server') }
+    return { span, seq: t.waited.seq, calls: t.open.filter((c) => c.kind !== 'server').map((c) => ({ callId: c.callId, name: c.name, kind: c.kind as WaitKind })) }
+  }
+
+  /**
+   * A span by id as it stands now; for the id of the span an answer to the current wait opens (that
+   * has no event yet), the span as it will open: in progress, nothing in it.
+   */
+  peek(id: string): Span | undefined {
+    const s = this.byId.get(id)
+    if (s) return s
+    const w = this.waiting
+    if (!w || id !== SpanFold.answerId(w.seq)) return undefined
+    const span = this.newSpan(id, { kind: 'answer', seq: w.seq }, this.turn!.waited!.time, w.seq + 1)
+    span.turn = this.turn!.turn
+    span.previous = this.lastStarted?.id
+    if (this.lastModel !== undefined) span.model = this.lastModel
+    if (this.lastSystem !== undefined) span.instructions = this.lastSystem
+    return span
   }
 
   /** The id the next span of a waiting turn will have (the answer's). */
@@ -516,7 +533,8 @@ export class SpanFold {
         if (item.status !== 'in_progress') return
         if (item.type === 'tool-call' && b.type === 'tool-call') item.arguments = b.arguments
         else if (item.type !== 'tool-call' && (b.type === 'text' || b.type === 'reasoning')) item.text = b.text
-        this.done(span, item, 'completed')
+        // done only when the attempt finishes: a block that ended in an attempt that then failed
+        // ends incomplete (API.md §17 intro: a retried attempt's items end incomplete)
         return
       }
       case 'finish': {
@@ -536,7 +554,7 @@ export class SpanFold {
     if (!t) return
     const callId = d.callId as string
     const name = d.name as string
-    t.open.push({ callId, name, kind: t.calls.get(callId)?.item.kind ?? this.opts.toolKind(name) })
+    t.open.push({ callId, name, arguments: d.arguments as string, kind: t.calls.get(callId)?.item.kind ?? this.opts.toolKind(name) })
     this.checkWait(e)
   }
 
@@ -557,7 +575,7 @@ export class SpanFold {
         known.item.result = result
         this.emit({ op: 'tool-result', span, item: known.item })
       } else {
-        const item = this.addItem<ToolResultItem>(span, { type: 'tool-result', callId, name: known?.item.name ?? call?.name ?? '', kind: known?.item.kind ?? call?.kind ?? 'server', result, status: 'completed' })
+        const item = this.addItem<ToolResultItem>(span, { type: 'tool-result', callId, name: known?.item.name ?? call?.name ?? '', arguments: known?.item.arguments ?? call?.arguments ?? '', kind: known?.item.kind ?? call?.kind ?? 'server', result, status: 'completed' })
         this.emit({ op: 'tool-result', span, item })
       }
     }
@@ -571,7 +589,7 @@ export class SpanFold {
     if (!t || !span || t.waited) return
     const first = t.open[0]
     if (!first || first.kind === 'server') return
-    span.waits = t.open.filter((c): c is { callId: string; name: string; kind: WaitKind } => c.kind !== 'server').map((c) => ({ callId: c.callId, name: c.name, kind: c.kind }))
+    span.waits = t.open.filter((c) => c.kind !== 'server').map((c) => ({ callId: c.callId, name: c.name, kind: c.kind as WaitKind }))
     t.waited = { seq: e.seq, time: e.time }
     this.current = undefined
     this.end(span, 'completed', e)
