@@ -10,8 +10,22 @@ import type { HttpDeps } from '../http/deps.js'
 import { jsonRpcErrorHandler, jsonRpcError } from './jsonrpc.js'
 import { mcpServer } from './mcp-server.js'
 
-/** The body schema of a JSON-RPC endpoint: any JSON; the protocol's own code judges it. */
-export const JsonRpcBody = { description: 'a JSON-RPC 2.0 request, notification or batch' }
+/**
+ * The body schema of a JSON-RPC endpoint: a JSON-RPC 2.0 request or notification object (a body that
+ * is not one is -32600, jsonrpc.ts); its method and params are the protocol's own code's to judge.
+ */
+export const JsonRpcBody = {
+  type: 'object',
+  description: 'a JSON-RPC 2.0 request or notification',
+  properties: {
+    jsonrpc: { const: '2.0' },
+    id: { anyOf: [{ type: 'string', maxLength: 200 }, { type: 'integer' }, { type: 'null' }] },
+    method: { type: 'string', minLength: 1, maxLength: 200 },
+    params: { type: 'object' },
+  },
+  required: ['jsonrpc', 'method'],
+  additionalProperties: false,
+} as const
 const JsonRpcAnswer = { description: 'a JSON-RPC 2.0 response' }
 
 /** A Fetch API Request of a fastify request whose body fastify has parsed already. */

@@ -152,9 +152,10 @@ describe.each(DB_KINDS)('MCP server on %s', (kind) => {
     const parse = await t.api('POST', '/v1/mcp', undefined, { raw: '{"jsonrpc": "2.0", "id": 1,', headers })
     expect(parse.status).toBe(400)
     expect(parse.body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32700 } })
+    // JSON that is no JSON-RPC request object: Invalid Request
     const shape = await t.api('POST', '/v1/mcp', { hello: 'world' }, { headers })
     expect(shape.status).toBe(400)
-    expect(shape.body.error.code).toBe(-32700)
+    expect(shape.body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600, data: { code: 'bad-request' } } })
     const unknown = await t.api('POST', '/v1/mcp', { jsonrpc: '2.0', id: 7, method: 'no/such', params: {} }, { headers })
     expect(unknown.body).toMatchObject({ jsonrpc: '2.0', id: 7, error: { code: -32601 } })
     const noKey = await t.api('POST', '/v1/mcp', { jsonrpc: '2.0', id: 1, method: 'tools/list' }, { headers, key: null })

@@ -1521,7 +1521,13 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": unknown;
+                "application/json": {
+                    id?: string | number | null;
+                    /** @constant */
+                    jsonrpc: "2.0";
+                    method: string;
+                    params?: Record<string, never>;
+                };
             };
         };
         responses: {
@@ -2274,7 +2280,13 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": unknown;
+                "application/json": {
+                    id?: string | number | null;
+                    /** @constant */
+                    jsonrpc: "2.0";
+                    method: string;
+                    params?: Record<string, never>;
+                };
             };
         };
         responses: {
