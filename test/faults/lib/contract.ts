@@ -45,7 +45,7 @@ export function errorShapeViolation(status: number, body: unknown, opts: { head?
 }
 
 /** The JSON-RPC endpoints of the client protocols (API.md §17.4, §17.5): their errors take JSON-RPC's shape. */
-export const isJsonRpcRoute = (method: string, path: string) => method === 'POST' && /^\/v1\/(mcp|a2a\/[^/?]+)(\?|$)/.test(path)
+export const isJsonRpcRoute = (method: string, path: string) => /^\/v1\/mcp(\?|$)/.test(path) || (method === 'POST' && /^\/v1\/a2a\/[^/?]+(\?|$)/.test(path))
 
 /**
  * Why a JSON-RPC endpoint's answer breaks its contract, else undefined: a JSON-RPC 2.0 response object
