@@ -405,10 +405,13 @@ export class A2aView implements A2ARequestHandler {
     try {
       await watch.start()
       for (;;) {
-        while (queue.length) yield queue.shift()!
+        while (queue.length) {
+          // updates pile up while the client does not read (the route waits for its socket to drain)
+          if (queue.length > MAX_QUEUED) throw new Error('the client reads too slowly: resubscribe')
+          yield queue.shift()!
+        }
         if (stream.done || this.signal.aborted) return
         if (failed) throw a2aError(failed, this.deps.log)
-        if (queue.length > MAX_QUEUED) throw new Error('the client reads too slowly: resubscribe')
         await new Promise<void>((r) => (wake = r))
       }
     } finally {

@@ -118,6 +118,12 @@ describe.each(DB_KINDS)('A2A on %s', (kind) => {
     expect(next.artifacts.map((a) => partText(a.parts[0]))).toEqual(['echo: again'])
     expect(next.metadata).toEqual({ turn: 2 })
     expect(await c.getTask({ tenant: '', id: task.id, historyLength: undefined })).toEqual(task)
+    expect((await c.getTask({ tenant: '', id: task.id, historyLength: 0 })).history).toEqual([])
+    const listed = await c.listTasks({ tenant: '', contextId: task.contextId, status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 1, pageToken: '', historyLength: undefined, statusTimestampAfter: undefined, includeArtifacts: true })
+    expect(listed.tasks.map((x) => x.id)).toEqual([next.id])
+    expect([listed.totalSize, listed.nextPageToken]).toEqual([2, '1'])
+    const page2 = await c.listTasks({ tenant: '', contextId: task.contextId, status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 1, pageToken: '1', historyLength: undefined, statusTimestampAfter: undefined, includeArtifacts: true })
+    expect(page2.tasks.map((x) => x.id)).toEqual([task.id])
   })
 
   it('SendStreamingMessage streams the task, its text as artifact chunks and its end; SubscribeToTask after the end replays exactly that', async () => {
