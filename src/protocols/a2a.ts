@@ -231,6 +231,14 @@ function answersOf(parts: readonly Part[], waits: Span['waits']): Array<CallAnsw
   return [{ callId: only, result: text }]
 }
 
+/**
+ * A push config given with the message (SendMessageConfiguration): its answer is the task, not the
+ * config, so a secret made for it could never be shown — the client gives its own token there.
+ */
+function checkInlinePush(c: TaskPushNotificationConfig | undefined): void {
+  if (c?.url && !c.token) throw new RequestMalformedError({ message: 'configuration.taskPushNotificationConfig.token is required: it is the signing secret of the notifications (or create the config with CreateTaskPushNotificationConfig, whose answer shows a new one)' })
+}
+
 // ---- errors ----
 
 /** An agentd refusal in JSON-RPC's server-error range (forbidden, rate-limited, …), its code in the message. */
@@ -352,8 +360,9 @@ export class A2aView implements A2ARequestHandler {
 
   sendMessage(params: Parameters<A2ARequestHandler['sendMessage']>[0]): Promise<Message | Task> {
     return this.guard(async () => {
-      const { row, spanId } = await this.deliver(params.message)
       const cfg = params.configuration
+      checkInlinePush(cfg?.taskPushNotificationConfig)
+      const { row, spanId } = await this.deliver(params.message)
       if (cfg?.taskPushNotificationConfig?.url) await this.deps.push.create(this.p, this.agent.id, row, { ...cfg.taskPushNotificationConfig, taskId: taskIdOf(row.id, spanId) })
       const fold = await waitSpan(this.deps, row, spanId, cfg?.returnImmediately ? 0 : BLOCKING_WAIT_MS, this.signal)
       const span = fold.get(spanId)
@@ -363,8 +372,11 @@ export class A2aView implements A2ARequestHandler {
   }
 
   async *sendMessageStream(params: Parameters<A2ARequestHandler['sendMessageStream']>[0]): AsyncGenerator<StreamResponse, void, undefined> {
-    const { row, spanId } = await this.guard(() => this.deliver(params.message))
     const cfg = params.configuration
+    const { row, spanId } = await this.guard(async () => {
+      checkInlinePush(cfg?.taskPushNotificationConfig)
+      return this.deliver(params.message)
+    })
     if (cfg?.taskPushNotificationConfig?.url) await this.guard(() => this.deps.push.create(this.p, this.agent.id, row, { ...cfg.taskPushNotificationConfig!, taskId: taskIdOf(row.id, spanId) }))
     yield* this.follow(row, spanId)
   }

@@ -206,7 +206,7 @@ describe.each(DB_KINDS)('A2A on %s', (kind) => {
     const ctx = await context('a2a-push')
     let open!: () => void
     const gate = new Promise<void>((r) => (open = r))
-    t.models.script(ctx, { text: ['pushed'], gate }, { text: ['later'] })
+    t.models.script(ctx, { text: ['pushed'], gate }, { text: ['later'] }, { text: ['inline'] })
     const c = await client('helper')
     const task = (await c.sendMessage(send(msg('go', { contextId: ctx }), { returnImmediately: true, acceptedOutputModes: [], historyLength: undefined, taskPushNotificationConfig: undefined }))) as Task
     const token = 'a-token-of-more-than-16-bytes'
@@ -224,6 +224,14 @@ describe.each(DB_KINDS)('A2A on %s', (kind) => {
     expect(receiver.received.filter((x) => x.path === '/a2a')).toHaveLength(1)
     await c.deleteTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: cfg.id })
     expect((await c.listTaskPushNotificationConfig({ tenant: '', taskId: task.id, pageSize: 0, pageToken: '' })).configs).toEqual([])
+    // a config given with the message itself needs the client's own token (no answer could show a new one)
+    const inlineCfg = { tenant: '', id: '', taskId: '', url: `${receiver.url}/inline`, token, authentication: undefined }
+    const noToken = await rpc('helper', { jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { messageId: 'm-no-token', contextId: ctx, role: 'ROLE_USER', parts: [{ text: 'x' }] }, configuration: { taskPushNotificationConfig: { url: inlineCfg.url } } } })
+    expect(noToken.body.error.code).toBe(-32602)
+    const inline = (await c.sendMessage(send(msg('inline', { contextId: ctx }), { returnImmediately: false, acceptedOutputModes: [], historyLength: undefined, taskPushNotificationConfig: inlineCfg }))) as Task
+    const [r2] = await receiver.waitFor(1, 10000, (x) => x.path === '/inline')
+    expect(r2.headers['x-a2a-task-id']).toBe(inline.id)
+    expect(r2.body).toMatchObject({ type: 'turn.completed', data: { sessionId: ctx, turn: 3 } })
   })
 
   it('the v0.3 client (the SDK compatibility transport) sends, reads and resubscribes with the v0.3 method names', async () => {
