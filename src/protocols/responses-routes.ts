@@ -8,13 +8,14 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, badRequest } from '../errors.js'
 import { bodyHash, idempotencyMessageId, type SettingsInput } from '../agent/index.js'
 import { canonicalJson, normalizeContent, toUserMessage, type ContentBlock, type JsonObject, type UserMessage } from '../session/index.js'
-import { deleteSession, getSession, listPending, readEvents, type SessionRow } from '../store/index.js'
+import { deleteSession, getSession, listPending, type SessionRow } from '../store/index.js'
 import type { HttpDeps } from '../http/deps.js'
 import { batch, type Subscription } from '../http/feed.js'
 import { changeSession } from '../http/sessions.js'
+import { reaches } from '../http/auth.js'
 import { inputItems, parseResponseId, ResponseProjector, responseId, sseText, toResponse } from './responses.js'
-import { foldSpans, kindsOf, SpanFold } from './span.js'
-import { followSession, waitForSpan } from './source.js'
+import { kindsOf, SpanFold } from './span.js'
+import { followSession, SpanFolds } from './source.js'
 import type { Span } from './items.js'
 import { OpenBody } from '../http/schemas.js'
 
@@ -147,23 +148,34 @@ async function differing(deps: HttpDeps, row: SessionRow, s: SettingsInput): Pro
   return out
 }
 
-async function foldOf(deps: HttpDeps, row: SessionRow): Promise<SpanFold> {
-  return foldSpans(await readEvents(deps.db, row.key), { toolKind: kindsOf(row.tools as never) })
-}
 
 /** The session and span a response id names, of the caller's tenant (another tenant's: not found). */
-async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string): Promise<{ row: SessionRow; spanId: string }> {
+async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string, inbox = false): Promise<{ row: SessionRow; spanId: string }> {
   const p = parseResponseId(id)
   if (!p) throw notFound(`response ${id}`)
-  const row = await getSession(deps.db, req.principal!.tenantId, p.sessionId)
-  if (!row) throw notFound(`response ${id}`)
+  const row = await getSession(deps.db, req.principal!.tenantId, p.sessionId, { inbox })
+  if (!row || !reachable(req, row)) throw notFound(`response ${id}`)
   return { row, spanId: p.spanId }
+}
+
+/** A token reaches only its own sessions (API.md §18); a key reaches the tenant's. */
+const reachable = (req: FastifyRequest, row: SessionRow) => !req.principal?.grant || reaches(req.principal.grant, row)
+
+/** A token limited to sessions or agents creates only those (API.md §18): here, only sessions of an agent it lists. */
+function mayCreate(req: FastifyRequest, agent: string | undefined): void {
+  const g = req.principal?.grant
+  if (!g) return
+  if (g.sessions) throw new ApiError('forbidden', 'this token reaches only the sessions it lists: name one as conversation')
+  if (g.agents && !(agent !== undefined && g.agents.includes(agent.split('@')[0]))) throw new ApiError('forbidden', 'this token creates only sessions of the agents it lists: give one of them as model agent:<id>')
 }
 
 const json = (reply: FastifyReply, code: number, o: unknown) => reply.code(code).type('application/json').send(JSON.stringify(o))
 
 export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
   const streams = new Set<Subscription>()
+  // the folds of recently used sessions, caught up on use (source.ts)
+  const folds = new SpanFolds(deps)
+  const foldOf = (_deps: HttpDeps, row: SessionRow) => folds.current(row)
   app.addHook('preClose', async () => {
     for (const s of [...streams]) s.close()
   })
@@ -231,9 +243,9 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     return toResponse(row.id, span)
   }
 
-  const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => waitForSpan(deps, row.key, spanId, { toolKind: kindsOf(row.tools as never), signal })
+  const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => folds.until(row, spanId, signal)
 
-  app.post('/responses', { config: { createsSession: true }, schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
+  app.post('/responses', { schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
     const b = (req.body ?? {}) as Record<string, unknown>
     if (typeof b !== 'object' || Array.isArray(b)) throw bad('the body must be an object', '')
     for (const k of Object.keys(b)) if (!FIELDS.has(k) && !IGNORED.has(k)) throw bad(`unknown field ${k}`, k)
@@ -255,10 +267,11 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     if (conv !== undefined) {
       const id = typeof conv === 'string' ? conv : typeof conv?.id === 'string' ? conv.id : undefined
       if (!id) throw bad('conversation must be an id or {id}', 'conversation')
-      row = await getSession(deps.db, tenantId, id)
-      if (!row) throw notFound(`conversation ${id}`)
+      // with its pending input, for the delivery to plan on (as the native routes' authentication reads it)
+      row = await getSession(deps.db, tenantId, id, { inbox: true })
+      if (!row || !reachable(req, row)) throw notFound(`conversation ${id}`)
     } else if (typeof b.previous_response_id === 'string') {
-      const found = await findResponse(deps, req, b.previous_response_id)
+      const found = await findResponse(deps, req, b.previous_response_id, true)
       row = found.row
       const fold = await foldOf(deps, row)
       const span = fold.get(found.spanId)
@@ -283,8 +296,12 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     if (input.content) message = toUserMessage({ content: input.content, source: { kind: 'user', responses: facts } }, { kind: 'user' }, header !== undefined ? idempotencyMessageId(String(header)) : undefined)
 
     // the session: created, forked, or changed as a PATCH would
+    if (!row) mayCreate(req, agent)
     if (!row) {
-      const created = await deps.sessions.create(tenantId, { ...(agent !== undefined ? { agent } : {}), ...settings } as never, req.principal!.grant?.subject ?? null)
+      // an Idempotency-Key names the new session too (`conv-` + the message id it derives), so a repeated
+      // create finds the session it made and the delivery there answers the original response
+      const id = header !== undefined ? { id: `conv-${idempotencyMessageId(String(header))}` } : {}
+      const created = await deps.sessions.create(tenantId, { ...id, ...(agent !== undefined ? { agent } : {}), ...settings } as never, req.principal!.grant?.subject ?? null)
       row = created.row
     } else {
       if (forkAt !== undefined) row = await deps.sessions.fork(row, forkAt)
@@ -308,7 +325,10 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
     if (b.stream === true) return stream(req, reply, row, spanId, -1)
     if (b.background === true) return json(reply, 200, await current(row, spanId))
-    const fold = await until(row, spanId)
+    // a client that leaves cancels nothing (API.md §17.1): only this wait ends
+    const left = new AbortController()
+    reply.raw.on('close', () => left.abort())
+    const fold = await until(row, spanId, left.signal)
     return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
   })
 
@@ -334,7 +354,19 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     const span = (await foldOf(deps, row)).peek(spanId)
     if (!span) throw notFound(`response ${id}`)
     if (span.ended) return json(reply, 200, toResponse(row.id, span))
-    await deps.intake.cancel(row, false)
+    // a response still queued is its input alone: withdrawing it (a cancelling removal) cancels it and
+    // leaves the turn that runs meanwhile alone; once claimed, its turn is cancelled
+    let withdrawn = false
+    if (span.status === 'queued' && span.opener.kind === 'input') {
+      withdrawn = await deps.intake.removeFromInbox(row, span.opener.messageId).then(
+        () => true,
+        (e) => {
+          if (e instanceof ApiError && e.code === 'queue-item-not-found') return false
+          throw e
+        },
+      )
+    }
+    if (!withdrawn) await deps.intake.cancel(row, false)
     const fold = await until(row, spanId)
     return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
   })
@@ -352,13 +384,14 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
   const conversation = (row: SessionRow) => ({ id: row.id, object: 'conversation', created_at: Math.floor(row.createdAt / 1000), metadata: row.metadata ?? {} })
 
-  app.post('/conversations', { config: { optionalBody: true, createsSession: true }, schema: { operationId: 'createConversation', summary: 'OpenAI Conversations: create a session', body: OpenBody } }, async (req, reply) => {
+  app.post('/conversations', { config: { optionalBody: true }, schema: { operationId: 'createConversation', summary: 'OpenAI Conversations: create a session', body: OpenBody } }, async (req, reply) => {
     const b = (req.body ?? {}) as { metadata?: Record<string, unknown>; items?: unknown }
     for (const k of Object.keys(b)) if (k !== 'metadata' && k !== 'items') throw bad(`unknown field ${k}`, k)
     if (b.items !== undefined && (!Array.isArray(b.items) || b.items.length)) throw bad('items are not accepted: agentd keeps the history itself', 'items')
     const metadata = (b.metadata ?? {}) as JsonObject
     if (typeof metadata !== 'object' || Array.isArray(metadata)) throw bad('metadata must be an object', 'metadata')
     const agent = typeof metadata.agent === 'string' ? (metadata.agent as string).replace(/^agent:/, '') : undefined
+    mayCreate(req, agent)
     const { row } = await deps.sessions.create(req.principal!.tenantId, { ...(agent ? { agent } : {}), metadata } as never, req.principal!.grant?.subject ?? null)
     return json(reply, 200, conversation(row))
   })

@@ -148,4 +148,17 @@ describe.each(DB_KINDS)('OpenAI Responses on %s', (kind) => {
     expect(await client.conversations.retrieve(conv.id).catch((e) => e)).toBeInstanceOf(OpenAI.NotFoundError)
     expect((await t.api('GET', `/v1/sessions/${conv.id}`)).status).toBe(404)
   })
+
+  it('an Idempotency-Key makes a create safe to repeat: the same response, one session, one input', async () => {
+    expect((await t.api('POST', '/v1/agents', { id: 'echo-3', name: 'Echo', model: 'faux/echo' })).status).toBe(201)
+    const key = `k-${Date.now()}`
+    const a = await client.responses.create({ model: 'agent:echo-3', input: 'once' }, { headers: { 'Idempotency-Key': key } })
+    const b = await client.responses.create({ model: 'agent:echo-3', input: 'once' }, { headers: { 'Idempotency-Key': key } })
+    expect(b.id).toBe(a.id)
+    expect(b.output_text).toBe('echo: once')
+    const log = await t.events(a.conversation!.id)
+    expect(log.filter((e) => e.type === 'user/message')).toHaveLength(1)
+    const other = await client.responses.create({ model: 'agent:echo-3', input: 'another body' }, { headers: { 'Idempotency-Key': key } }).catch((e) => e)
+    expect(other).toBeInstanceOf(OpenAI.ConflictError)
+  })
 })
