@@ -102,6 +102,12 @@ export function taskOf(sessionId: string, span: Span, historyLength?: number): T
   return { id: taskId, contextId: sessionId, status: statusOf(span, sessionId, taskId), artifacts, history, metadata: { turn: span.turn } }
 }
 
+/** The task of an accepted answer whose span has not opened yet: working, nothing to show. */
+export function unopenedTask(sessionId: string, spanId: string): Task {
+  const taskId = taskIdOf(sessionId, spanId)
+  return { id: taskId, contextId: sessionId, status: { state: TaskState.TASK_STATE_WORKING, message: undefined, timestamp: undefined }, artifacts: [], history: [], metadata: undefined }
+}
+
 /**
  * The stream of one task: the ops of its span as A2A updates, the same on every read (the task when it
  * is announced, then status and artifact updates; text arrives as artifact chunks). Ops of other spans
@@ -366,7 +372,9 @@ export class A2aView implements A2ARequestHandler {
       if (cfg?.taskPushNotificationConfig?.url) await this.deps.push.create(this.p, this.agent.id, row, { ...cfg.taskPushNotificationConfig, taskId: taskIdOf(row.id, spanId) })
       const fold = await waitSpan(this.deps, row, spanId, cfg?.returnImmediately ? 0 : BLOCKING_WAIT_MS, this.signal)
       const span = fold.get(spanId)
-      if (!span) throw new Error(`span ${spanId} of ${row.id} did not appear`)
+      // an answer whose effect the log does not show yet (a client tool allowed to run waits for its
+      // result without an event, span.ts): its task is accepted and not started
+      if (!span) return unopenedTask(row.id, spanId)
       return taskOf(row.id, span, cfg?.historyLength)
     })
   }

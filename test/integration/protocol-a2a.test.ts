@@ -18,6 +18,7 @@ import { startTestApp, type TestApp } from '../helpers/app.js'
 import { startReceiver, type Receiver } from '../helpers/receiver.js'
 
 const CLIENT_TOOL = { name: 'lookup', description: 'looks up', parameters: { type: 'object', properties: { order: { type: 'string' } } }, execution: { type: 'client' } }
+const APPROVED_CLIENT_TOOL = { name: 'confirm', description: 'asks the user', parameters: { type: 'object', properties: {} }, execution: { type: 'client' }, approval: 'always' }
 const approvedTool = (url: string) => ({ name: 'refund', description: 'refunds', parameters: { type: 'object', properties: { order: { type: 'string' } } }, execution: { type: 'http', url }, approval: 'always' })
 const FAST = { pollMs: 20, schedule: [50], repeatMs: 50, giveUpMs: 60_000, timeoutMs: 2000 }
 
@@ -54,7 +55,7 @@ describe.each(DB_KINDS)('A2A on %s', (kind) => {
     await new Promise<void>((r) => tool.listen(0, '127.0.0.1', r))
     const toolUrl = `http://127.0.0.1:${(tool.address() as AddressInfo).port}/`
     for (const a of [
-      { id: 'helper', name: 'Helper', description: 'helps', model: t.models.ref(), tools: [approvedTool(toolUrl), CLIENT_TOOL] },
+      { id: 'helper', name: 'Helper', description: 'helps', model: t.models.ref(), tools: [approvedTool(toolUrl), CLIENT_TOOL, APPROVED_CLIENT_TOOL] },
       { id: 'echo', name: 'Echo', model: 'faux/echo' },
     ]) expect((await t.api('POST', '/v1/agents', a)).status).toBe(201)
   })
@@ -200,6 +201,27 @@ describe.each(DB_KINDS)('A2A on %s', (kind) => {
     const evs = await t.events(ctx)
     expect(evs.filter((e) => e.type === 'tool/result').map((e: any) => e.data.message.content[0].content)).toEqual([[{ type: 'text', text: 'refund R-9 made' }], [{ type: 'text', text: 'order A1 is paid' }]])
     expect(evs.filter((e) => e.type === 'user/message' && (e.data as any).source.kind === 'user')).toHaveLength(1)
+  })
+
+  it('a client tool that needs approval: allowed with returnImmediately (its task has not opened: working), then its result as a data part completes the turn', async () => {
+    const ctx = await context('a2a-confirm')
+    t.models.script(ctx, { toolCalls: [{ id: 'call-9', name: 'confirm', arguments: {} }] }, { text: ['confirmed'] })
+    const c = await client('helper')
+    const waiting = (await c.sendMessage(send(msg('go', { contextId: ctx })))) as Task
+    expect(waiting.status!.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED)
+    const immediate = { returnImmediately: true, acceptedOutputModes: [], historyLength: undefined, taskPushNotificationConfig: undefined }
+    const allowed = (await c.sendMessage(send(msg('allow', { contextId: ctx }), immediate))) as Task
+    expect(allowed.status!.state).toBe(TaskState.TASK_STATE_WORKING)
+    expect(allowed.id).toMatch(new RegExp(`^${ctx}:w[0-9]+$`))
+    const deadline = Date.now() + 10000
+    while (!(await t.api('GET', `/v1/sessions/${ctx}/pending`)).body.toolCalls.some((x: any) => x.kind === 'client')) {
+      if (Date.now() > deadline) throw new Error('the client call never became pending')
+      await new Promise((r) => setTimeout(r, 25))
+    }
+    const done = (await c.sendMessage(send(msg([{ content: { $case: 'data', value: { callId: 'call-9', result: 'yes' } }, metadata: undefined, filename: '', mediaType: '' }], { contextId: ctx })))) as Task
+    expect(done.id).toBe(allowed.id)
+    expect(done.status!.state).toBe(TaskState.TASK_STATE_COMPLETED)
+    expect(done.artifacts.map((a) => partText(a.parts[0]))).toEqual(['confirmed'])
   })
 
   it("a push-notification config is a webhook of the task: its end arrives once, signed with the config's token", async () => {
