@@ -91,8 +91,10 @@ export async function a2aRoutes(app: FastifyInstance, deps: A2aDeps | HttpDeps):
         // the first update (or the error that comes instead, such as an unknown task) decides the answer
         const first = await answer.next()
         if (!first.done && first.value.error) return reply.code(first.value.error.code === -32603 ? 500 : 200).type('application/json').send(JSON.stringify(first.value))
+        // the headers hooks set (CORS, API.md §18) go out with the raw answer the stream writes itself
+        const hooked = reply.getHeaders() as Record<string, string | number | string[]>
         reply.hijack()
-        reply.raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive', 'x-accel-buffering': 'no' })
+        reply.raw.writeHead(200, { ...hooked, 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive', 'x-accel-buffering': 'no' })
         const ping = setInterval(() => reply.raw.write(': ping\n\n'), PING_MS)
         try {
           if (!first.done) await write(reply, `data: ${JSON.stringify(first.value)}\n\n`)
