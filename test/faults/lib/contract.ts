@@ -55,6 +55,8 @@ export const isJsonRpcRoute = (method: string, path: string) => /^\/v1\/mcp(\?|$
  */
 export function jsonRpcShapeViolation(status: number, body: unknown): string | undefined {
   if (status === 202 && body === undefined) return undefined // an MCP notification accepted
+  // a URL the router cannot read (a malformed percent-encoding) never reaches the endpoint: §10's answer
+  if (status === 400 && errorShapeViolation(status, body) === undefined && (body as { error: { details?: Array<{ path: string }> } }).error.details?.[0]?.path === 'url') return undefined
   if (!body || typeof body !== 'object' || Array.isArray(body)) return `status ${status} without a JSON-RPC response object`
   const r = body as { jsonrpc?: unknown; id?: unknown; result?: unknown; error?: { code?: unknown; message?: unknown; data?: { code?: unknown } } }
   if (r.jsonrpc !== '2.0') return `status ${status}: jsonrpc is ${JSON.stringify(r.jsonrpc)}`
