@@ -309,27 +309,34 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
       if (Object.keys(diff).length) row = await changeSession(deps, tenantId, row, diff)
     }
 
-    // the input, through the native inbox and answers
-    let spanId: string
-    if (input.answers.length) {
-      const fold = await foldOf(deps, row)
-      const w = fold.waiting
-      spanId = w ? SpanFold.answerId(w.seq) : (fold.open?.id ?? '')
-      for (const a of input.answers) await deps.intake.answer(row, a.callId, a.kind, a.answer)
-      if (message) await deps.intake.deliver(row, 'followup', message, header !== undefined ? { bodyHash: bodyHash('followup', { content: message.content }) } : undefined)
-      if (!spanId) throw new ApiError('internal', 'the answered calls belong to no span')
-    } else {
-      const accepted = await deps.intake.deliver(row, 'followup', message!, header !== undefined ? { bodyHash: bodyHash('followup', { content: message!.content }) } : undefined)
-      spanId = SpanFold.inputId(accepted.seq)
-    }
+    // a blocking create follows the session from before its input goes in (SpanFolds.follow): the
+    // span's events reach it with their commits, without reading the log back
+    const follower = b.stream !== true && b.background !== true ? await folds.follow(row) : undefined
+    try {
+      // the input, through the native inbox and answers
+      let spanId: string
+      if (input.answers.length) {
+        const fold = await foldOf(deps, row)
+        const w = fold.waiting
+        spanId = w ? SpanFold.answerId(w.seq) : (fold.open?.id ?? '')
+        for (const a of input.answers) await deps.intake.answer(row, a.callId, a.kind, a.answer)
+        if (message) await deps.intake.deliver(row, 'followup', message, header !== undefined ? { bodyHash: bodyHash('followup', { content: message.content }) } : undefined)
+        if (!spanId) throw new ApiError('internal', 'the answered calls belong to no span')
+      } else {
+        const accepted = await deps.intake.deliver(row, 'followup', message!, header !== undefined ? { bodyHash: bodyHash('followup', { content: message!.content }) } : undefined)
+        spanId = SpanFold.inputId(accepted.seq)
+      }
 
-    if (b.stream === true) return stream(req, reply, row, spanId, -1)
-    if (b.background === true) return json(reply, 200, await current(row, spanId))
-    // a client that leaves cancels nothing (API.md §17.1): only this wait ends
-    const left = new AbortController()
-    reply.raw.on('close', () => left.abort())
-    const fold = await until(row, spanId, left.signal)
-    return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
+      if (b.stream === true) return stream(req, reply, row, spanId, -1)
+      if (b.background === true) return json(reply, 200, await current(row, spanId))
+      // a client that leaves cancels nothing (API.md §17.1): only this wait ends
+      const left = new AbortController()
+      reply.raw.on('close', () => left.abort())
+      const fold = await follower!.until(spanId, left.signal)
+      return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
+    } finally {
+      follower?.close()
+    }
   })
 
   app.get('/responses/:id', { schema: { operationId: 'getResponse', summary: 'OpenAI Responses: a response, or its events from starting_after (stream=true)' } }, async (req, reply) => {

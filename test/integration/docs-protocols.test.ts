@@ -1,18 +1,18 @@
 // docs/protocols.md's OpenAI client examples, run as written against a real server (only its address
-// and key swapped in), on both databases: they create, stream, resume, use a client tool and cancel
+// and key swapped in), on the embedded database (the flows themselves are tested on both in
+// responses-*.test.ts): they create, stream, resume, use a client tool and cancel
 // without an error, and print what the page says.
 
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const blocks = (md: string) => [...md.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1])
 
-describe.each(DB_KINDS)('docs/protocols.md examples on %s', (kind) => {
+describe.each(['pglite'] as const)('docs/protocols.md examples on %s', (kind) => {
   let t: TestApp
   beforeAll(async () => {
     t = await startTestApp({ kind })
