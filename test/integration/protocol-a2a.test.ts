@@ -256,9 +256,9 @@ describe.each(DB_KINDS)('A2A on %s', (kind) => {
     expect(r2.body).toMatchObject({ type: 'turn.completed', data: { sessionId: ctx, turn: 3 } })
   })
 
-  it('the v0.3 client (the SDK compatibility transport) sends, reads and resubscribes with the v0.3 method names', async () => {
+  it('the v0.3 client (the SDK compatibility transport) sends, reads, resubscribes and streams with the v0.3 method names', async () => {
     const ctx = await context('a2a-legacy')
-    t.models.script(ctx, { text: ['old ', 'style'] })
+    t.models.script(ctx, { text: ['old ', 'style'] }, { text: ['streamed'] })
     const card = await (await client('helper')).getAgentCard()
     const legacy = new Client(new LegacyJsonRpcTransport({ endpoint: `${t.url}/v1/a2a/helper`, fetchImpl: authed(t.key) }), card)
     const task = (await legacy.sendMessage(send(msg('hi', { contextId: ctx })))) as Task
@@ -267,6 +267,9 @@ describe.each(DB_KINDS)('A2A on %s', (kind) => {
     expect((await legacy.getTask({ tenant: '', id: task.id, historyLength: undefined })).id).toBe(task.id)
     const replay = await collect(legacy.resubscribeTask({ tenant: '', id: task.id }))
     expect(replay.map(line).at(-1)).toBe('status TASK_STATE_COMPLETED "old style"')
+    const streamed = await collect(legacy.sendMessageStream(send(msg('more', { contextId: ctx }))))
+    expect(streamed.map(line).at(-1)).toBe('status TASK_STATE_COMPLETED "streamed"')
+    expect(streamed.map(line)[0]).toBe('task TASK_STATE_WORKING')
     const raw = await rpc('helper', { jsonrpc: '2.0', id: 3, method: 'tasks/get', params: { id: task.id } })
     expect(raw.body.result).toMatchObject({ kind: 'task', id: task.id, contextId: ctx, status: { state: 'completed' } })
   })
