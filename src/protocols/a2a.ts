@@ -7,7 +7,7 @@
 import crypto from 'node:crypto'
 import { Role, TaskState, type AgentCard, type Artifact, type Message, type Part, type StreamResponse, type Task, type TaskPushNotificationConfig } from '@a2a-js/sdk'
 import type { A2ARequestHandler } from '@a2a-js/sdk/server'
-import { ContentTypeNotSupportedError, JsonRpcRequestMalformedError, PushNotificationNotSupportedError, RequestMalformedError, TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError } from '@a2a-js/sdk/errors'
+import { ContentTypeNotSupportedError, JsonRpcRequestMalformedError, RequestMalformedError, TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError } from '@a2a-js/sdk/errors'
 import { ApiError } from '../errors.js'
 import { InputError } from '../agent/index.js'
 import { getSession, listSessions, readEvents, type AgentVersionRow, type Principal, type SessionRow } from '../store/index.js'
@@ -528,6 +528,3 @@ export class A2aView implements A2ARequestHandler {
     })
   }
 }
-
-/** Push notifications are configured per task (no deployment without webhooks offers them). */
-export const pushUnavailable = () => new PushNotificationNotSupportedError({ message: 'push notifications need the webhook deliverer' })
