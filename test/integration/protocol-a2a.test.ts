@@ -274,6 +274,18 @@ describe.each(DB_KINDS)('A2A on %s', (kind) => {
     expect(raw.body.result).toMatchObject({ kind: 'task', id: task.id, contextId: ctx, status: { state: 'completed' } })
   })
 
+  it('a token limited to one agent reaches only that agent: its card and tasks; another agent is not there', async () => {
+    const tok = (await t.api('POST', '/v1/tokens', { scopes: ['read', 'write'], agents: ['echo'] })).body.token as string
+    expect((await t.api('GET', '/v1/a2a/echo/.well-known/agent-card.json', undefined, { key: tok })).status).toBe(200)
+    expect((await t.api('GET', '/v1/a2a/helper/.well-known/agent-card.json', undefined, { key: tok })).status).toBe(404)
+    const c = await client('echo', tok)
+    const task = (await c.sendMessage(send(msg('limited')))) as Task
+    expect(task.artifacts.map((a) => partText(a.parts[0]))).toEqual(['echo: limited'])
+    const other = await rpc('helper', { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: task.id } }, tok)
+    expect(other.status).toBe(404)
+    expect(other.body.error.data.code).toBe('not-found')
+  })
+
   it('bad input gets JSON-RPC errors with their codes and writes nothing', async () => {
     const before = { sessions: await rows('sessions'), events: await rows('session_events'), webhooks: await rows('webhooks') }
     const other = (await t.api('POST', '/v1/admin/tenants', { name: 'other' }, { key: t.adminToken })).body.apiKey as string
