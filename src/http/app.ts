@@ -28,6 +28,9 @@ import { corsPlugin } from './cors.js'
 import { collectRoutes, type RouteDoc } from './openapi.js'
 import { httpTracing } from '../tracing/index.js'
 import { responsesRoutes } from '../protocols/responses-routes.js'
+import { mcpRoutes } from '../protocols/mcp-routes.js'
+import { a2aRoutes } from '../protocols/a2a-routes.js'
+import { a2aPush } from '../protocols/a2a-push.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
 const MAX_PARAM_LENGTH = 1000
@@ -88,6 +91,10 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(tokenRoutes, deps)
       // API.md §17: the client protocols
       await v1.register(responsesRoutes, deps)
+      // API.md §17.4
+      await v1.register(a2aRoutes, { ...deps, push: a2aPush(deps.db, deps.webhooks) })
+      // API.md §17.5
+      await v1.register(mcpRoutes, deps)
     }, { prefix: '/v1' })
   }
   return app

@@ -25,7 +25,7 @@ import type { RowPatch, RunState } from './sessions.js'
 import { keyLiveGuard, type SideRow } from './side.js'
 import { slotTakeGuard } from './slots.js'
 import { ledgerUpsert, totalsUpsert, usagePeriods } from './usage.js'
-import { DELIVERY_ID_SQL, markDeliveries } from './webhooks.js'
+import { DELIVERY_ID_SQL, markDeliveries, taskFilterSql } from './webhooks.js'
 import { usageTotals, type LedgerEntry, type UsageTotals } from '../session/index.js'
 
 export interface GroupUnit {
@@ -152,7 +152,7 @@ const GROUP_PARTS: ReadonlyArray<readonly [bit: number, ctes: string]> = [
   INSERT INTO webhook_deliveries (id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, next_attempt_at)
   SELECT ${DELIVERY_ID_SQL}, w.id, m.wh_type, m.id, m.wh_turn, m.wh_seq, m.wh_extra, m.wh_time, $3, $3
   FROM moved m JOIN webhooks w ON w.tenant_id = m.tenant_id AND m.wh_type = ANY(w.events)
-  WHERE m.wh_type IS NOT NULL
+  WHERE m.wh_type IS NOT NULL AND ${taskFilterSql('m.key', 'm.wh_seq', 'm.wh_turn')}
 )`,
   ],
   [
@@ -188,7 +188,7 @@ function groupSql(mask: number): string {
   if (text === undefined) {
     text = GROUP_HEAD
     for (const [bit, ctes] of GROUP_PARTS) if (mask & bit) text += ctes
-    const deliveries = mask & SIDE.hooks ? `CASE WHEN m.wh_type IS NULL THEN 0 ELSE (SELECT count(*)::int FROM webhooks w WHERE w.tenant_id = m.tenant_id AND m.wh_type = ANY(w.events)) END` : '0'
+    const deliveries = mask & SIDE.hooks ? `CASE WHEN m.wh_type IS NULL THEN 0 ELSE (SELECT count(*)::int FROM webhooks w WHERE w.tenant_id = m.tenant_id AND m.wh_type = ANY(w.events) AND ${taskFilterSql('m.key', 'm.wh_seq', 'm.wh_turn')}) END` : '0'
     text += `
 SELECT m.ord AS u, m.run_state, m.cancel_pending, m.wake_latched, coalesce(n.n, 0) AS n, ${deliveries} AS w
 FROM moved m LEFT JOIN (SELECT session_key, count(*)::int AS n FROM ins GROUP BY session_key) n ON n.session_key = m.key`

@@ -17,6 +17,16 @@ export interface WebhookRow {
   description: string | null
   secret: string
   createdAt: number
+  /** an A2A push-notification config (API.md §17.4): the one task it reports */
+  task?: WebhookTask
+}
+
+/** Where an A2A task starts (migrations/0010_a2a_push.sql): its webhook delivers the first end after it, once. */
+export interface WebhookTask {
+  id: string
+  sessionKey: string
+  fromSeq: number
+  minTurn: number
 }
 
 /** What a side row of kind `webhook` reports: the event at `seq` of the unit's session. */
@@ -52,10 +62,29 @@ export interface DeliveryRow {
 export interface ClaimedDelivery extends DeliveryRow {
   url: string
   secret: string
+  /** an A2A push-notification config's task (API.md §17.4) */
+  task?: { id: string }
 }
 
-type RawHook = { id: string; tenant_id: string; url: string; events: WebhookEventType[]; description: string | null; secret: string; created_at: number }
-const toHook = (r: RawHook): WebhookRow => ({ id: r.id, tenantId: r.tenant_id, url: r.url, events: r.events, description: r.description, secret: r.secret, createdAt: Number(r.created_at) })
+type RawHook = { id: string; tenant_id: string; url: string; events: WebhookEventType[]; description: string | null; secret: string; created_at: number; task_id: string | null; task_session_key: string | null; task_from_seq: number | null; task_min_turn: number | null }
+const toHook = (r: RawHook): WebhookRow => ({
+  id: r.id,
+  tenantId: r.tenant_id,
+  url: r.url,
+  events: r.events,
+  description: r.description,
+  secret: r.secret,
+  createdAt: Number(r.created_at),
+  ...(r.task_id !== null ? { task: { id: r.task_id, sessionKey: r.task_session_key!, fromSeq: r.task_from_seq!, minTurn: r.task_min_turn! } } : {}),
+})
+
+/**
+ * The condition a webhook `w` puts on a delivery of session `key`'s event at `seq` of `turn`: none for
+ * a tenant's webhook; for a task's (an A2A push config), the session, from the task's start, and no
+ * delivery before — so only the task's end is reported (migrations/0010_a2a_push.sql).
+ */
+export const taskFilterSql = (key: string, seq: string, turn: string) =>
+  `(w.task_session_key IS NULL OR (w.task_session_key = ${key} AND ${seq} >= w.task_from_seq AND ${turn} >= w.task_min_turn AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id)))`
 
 type RawDelivery = {
   id: string
@@ -109,7 +138,7 @@ export function webhookSql(e: WebhookEvent, params: unknown[], when: string, key
   return `INSERT INTO webhook_deliveries (id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, next_attempt_at)
      SELECT ${DELIVERY_ID_SQL}, w.id, $${n - 5}::text, s.id, $${n - 4}::int, $${n - 3}::int, $${n - 2}::text, $${n - 1}::bigint, $${n}::bigint, $${n}::bigint
      FROM sessions s JOIN webhooks w ON w.tenant_id = s.tenant_id AND $${n - 5}::text = ANY(w.events)
-     WHERE s.key = ${key} AND ${when}
+     WHERE s.key = ${key} AND ${when} AND ${taskFilterSql('s.key', `$${n - 3}::int`, `$${n - 4}::int`)}
      RETURNING 1`
 }
 
@@ -142,7 +171,17 @@ export function takeDeliveriesWritten(key: string): boolean {
 }
 
 export async function insertWebhook(db: Queryable, w: WebhookRow): Promise<void> {
-  await db.query('INSERT INTO webhooks (id, tenant_id, url, events, description, secret, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)', [w.id, w.tenantId, w.url, w.events, w.description, w.secret, w.createdAt])
+  const t = w.task
+  await db.query(
+    'INSERT INTO webhooks (id, tenant_id, url, events, description, secret, created_at, task_id, task_session_key, task_from_seq, task_min_turn) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)',
+    [w.id, w.tenantId, w.url, w.events, w.description, w.secret, w.createdAt, t?.id ?? null, t?.sessionKey ?? null, t?.fromSeq ?? null, t?.minTurn ?? null],
+  )
+}
+
+/** The webhooks of an A2A task (its push-notification configs), oldest first. */
+export async function listTaskWebhooks(db: Queryable, tenantId: string, taskId: string): Promise<WebhookRow[]> {
+  const { rows } = await db.query<RawHook>('SELECT * FROM webhooks WHERE tenant_id = $1 AND task_id = $2 ORDER BY created_at, id', [tenantId, taskId])
+  return rows.map(toHook)
 }
 
 export async function listWebhooks(db: Queryable, tenantId: string): Promise<WebhookRow[]> {
@@ -153,6 +192,12 @@ export async function listWebhooks(db: Queryable, tenantId: string): Promise<Web
 export async function getWebhook(db: Queryable, tenantId: string, id: string): Promise<WebhookRow | undefined> {
   const { rows } = await db.query<RawHook>('SELECT * FROM webhooks WHERE tenant_id = $1 AND id = $2', [tenantId, id])
   return rows[0] ? toHook(rows[0]) : undefined
+}
+
+/** Deletes a task's webhook (an A2A push-notification config); false when the task has no such one. */
+export async function deleteTaskWebhook(db: Queryable, tenantId: string, taskId: string, id: string): Promise<boolean> {
+  const r = await db.query('DELETE FROM webhooks WHERE tenant_id = $1 AND task_id = $2 AND id::text = $3', [tenantId, taskId, id])
+  return r.rowCount > 0
 }
 
 /** Deletes the webhook and, by cascade, its deliveries; false when the tenant has no such webhook. */
@@ -184,17 +229,17 @@ export async function listDeliveries(db: Queryable, webhookId: string, limit: nu
  * reports (a crash). SKIP LOCKED lets processes claim side by side without waiting on each other.
  */
 export async function claimDeliveries(db: Queryable, now: number, limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
-  const { rows } = await db.query<RawDelivery & { url: string; secret: string }>(
+  const { rows } = await db.query<RawDelivery & { url: string; secret: string; task_id: string | null }>(
     `WITH due AS (
        SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1
        ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
      )
      UPDATE webhook_deliveries d SET attempts = d.attempts + 1, next_attempt_at = $1 + $3, first_attempt_at = coalesce(d.first_attempt_at, $1)
      FROM due, webhooks w WHERE d.id = due.id AND w.id = d.webhook_id
-     RETURNING d.*, w.url, w.secret`,
+     RETURNING d.*, w.url, w.secret, w.task_id`,
     [now, limit, leaseMs],
   )
-  return rows.map((r) => ({ ...toDelivery(r), url: r.url, secret: r.secret }))
+  return rows.map((r) => ({ ...toDelivery(r), url: r.url, secret: r.secret, ...(r.task_id !== null ? { task: { id: r.task_id } } : {}) }))
 }
 
 export interface AttemptOutcome {

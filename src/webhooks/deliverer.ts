@@ -177,7 +177,7 @@ export class Deliverer {
       postWebhook({
         url: c.url,
         body,
-        headers: { ...traceHeaders(), 'webhook-id': c.id, 'webhook-timestamp': String(ts), 'webhook-signature': sign(c.secret, c.id, ts, body) },
+        headers: { ...traceHeaders(), 'webhook-id': c.id, 'webhook-timestamp': String(ts), 'webhook-signature': sign(c.secret, c.id, ts, body), ...taskHeaders(c) },
         timeoutMs: this.options.timeoutMs,
         policy: this.d.policy,
         resolve: this.d.resolve,
@@ -211,4 +211,9 @@ export class Deliverer {
       await store.pruneDeliveries(this.d.db, now, this.options.keepDeliveredMs)
     }
   }
+}
+
+/** An A2A push notification (API.md §17.4) names its task. */
+function taskHeaders(c: ClaimedDelivery): Record<string, string> {
+  return c.task ? { 'x-a2a-task-id': c.task.id } : {}
 }

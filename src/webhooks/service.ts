@@ -3,7 +3,7 @@
 
 import crypto from 'node:crypto'
 import { ApiError, badRequest, mustBeOneOf } from '../errors.js'
-import { webhooks as store, WEBHOOK_EVENT_TYPES, type Db, type DeliveryRow, type WebhookEventType, type WebhookRow } from '../store/index.js'
+import { webhooks as store, WEBHOOK_EVENT_TYPES, type Db, type DeliveryRow, type WebhookEventType, type WebhookRow, type WebhookTask } from '../store/index.js'
 import { checkToolUrl, type HostPolicy, type Resolver } from '../tools/index.js'
 import { newSecret } from './sign.js'
 
@@ -76,6 +76,35 @@ export class WebhookService {
     }
     await store.insertWebhook(this.d.db, row)
     return { ...toObject(row), secret: row.secret }
+  }
+
+  /**
+   * An A2A push-notification config (API.md §17.4): a webhook of every event that ends or interrupts a
+   * task, filtered to one task; `secret` is the config's token (the client's, else a new one).
+   */
+  async createForTask(tenantId: string, body: { url: string; secret?: string; task: WebhookTask }): Promise<WebhookRow> {
+    const why = await checkToolUrl(body.url, this.d.policy, this.d.resolve)
+    if (why !== null) throw badRequest(`push notification url refused: ${why}`, [{ path: 'url', message: why }])
+    const row: WebhookRow = {
+      id: crypto.randomUUID(),
+      tenantId,
+      url: body.url,
+      events: ['turn.completed', 'turn.failed', 'turn.cancelled', 'session.requires_action'],
+      description: `A2A push notifications of task ${body.task.id}`,
+      secret: body.secret ?? newSecret(),
+      createdAt: Date.now(),
+      task: body.task,
+    }
+    await store.insertWebhook(this.d.db, row)
+    return row
+  }
+
+  listForTask(tenantId: string, taskId: string): Promise<WebhookRow[]> {
+    return store.listTaskWebhooks(this.d.db, tenantId, taskId)
+  }
+
+  deleteForTask(tenantId: string, taskId: string, id: string): Promise<boolean> {
+    return store.deleteTaskWebhook(this.d.db, tenantId, taskId, id)
   }
 
   async list(tenantId: string): Promise<WebhookObject[]> {

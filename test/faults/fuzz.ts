@@ -18,7 +18,7 @@ import { decodeProtectedHeader, generateKeyPair, SignJWT, UnsecuredJWT, type Cry
 import { b64, startIdp, type Idp } from '../helpers/idp.js'
 import { violations as logViolations } from '../helpers/invariants.js'
 import type { SessionEvent } from '../../src/session/index.js'
-import { errorShapeViolation } from './lib/contract.js'
+import { errorShapeViolation, isJsonRpcRoute, jsonRpcShapeViolation } from './lib/contract.js'
 import type { FaultPart, PartContext, PartResult } from './lib/part.js'
 import { operations, type Operation } from './lib/operations.js'
 import { cleanText, valueOf, type Hints } from './lib/schema-arb.js'
@@ -281,6 +281,8 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
         text: ['please use a tool', 'hi'],
         decision: ['allow', 'deny'],
         value: generatedSecrets,
+        // the JSON-RPC endpoints' methods (API.md §17.4, §17.5), the streaming ones left out (they answer until a task ends)
+        method: ['initialize', 'tools/list', 'tools/call', 'ping', 'SendMessage', 'GetTask', 'ListTasks', 'CancelTask', 'message/send', 'tasks/get', 'tasks/cancel', 'CreateTaskPushNotificationConfig', 'ListTaskPushNotificationConfigs'],
       },
     }
     const pools = new Pools()
@@ -312,10 +314,13 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
         return ans
       }
       if (ans.status >= 500) problems.push(`${where}: ${ans.status} ${ans.text.slice(0, 200)}`)
-      const shape = errorShapeViolation(ans.status, ans.body, { head: r.method === 'HEAD', retryAfter: (ans.headers['retry-after'] as string) ?? null })
+      // API.md §17: the JSON-RPC endpoints answer errors in JSON-RPC's shape, §10's code in error.data
+      const rpc = isJsonRpcRoute(r.method, r.path)
+      const shape = rpc ? jsonRpcShapeViolation(ans.status, ans.body) : errorShapeViolation(ans.status, ans.body, { head: r.method === 'HEAD', retryAfter: (ans.headers['retry-after'] as string) ?? null })
       if (shape) problems.push(`${where}: ${shape}`)
+      const code = rpc ? ans.body?.error?.data?.code : ans.body?.error?.code
       if (r.expect && !r.expect.status.includes(ans.status)) problems.push(`${where}: ${r.expect.why}: expected ${r.expect.status.join('|')}, got ${ans.status} ${ans.text.slice(0, 200)}`)
-      else if (r.expect?.code && ans.body?.error?.code !== r.expect.code) problems.push(`${where}: ${r.expect.why}: expected code ${r.expect.code}, got ${ans.text.slice(0, 200)}`)
+      else if (r.expect?.code && code !== r.expect.code) problems.push(`${where}: ${r.expect.why}: expected code ${r.expect.code}, got ${ans.text.slice(0, 200)}`)
       if (r.credential && ans.status < 300) for (const breach of breaches(r, ans)) problems.push(`${where}: ${breach}`)
       if (r.path.startsWith('/v1/tokens') && ans.status === 201 && typeof ans.body?.token === 'string') target.leaks.add('token', ans.body.token)
       // only what tenant a's key got back is a's; ids are per tenant, so b may hold the same id
@@ -356,6 +361,8 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
       for (const [k, v] of Object.entries(plan.query)) query[k] = typeof v === 'string' ? v : JSON.stringify(v)
       const headers: Record<string, string> = {}
       if (op.security === 'apiKey') headers.authorization = `Bearer ${a.apiKey}`
+      // the MCP transport answers 406 to a client that does not accept both of its answers
+      if (op.template === '/v1/mcp') headers.accept = 'application/json, text/event-stream'
       if (op.security === 'adminToken') headers.authorization = `Bearer ${target.adminToken}`
       let expect: Built['expect']
       let credential: Credential | undefined

@@ -43,3 +43,30 @@ export function errorShapeViolation(status: number, body: unknown, opts: { head?
   if ((status === 429 || status === 503) && opts.retryAfter !== undefined && !opts.retryAfter) return `status ${status} without Retry-After`
   return undefined
 }
+
+/** The JSON-RPC endpoints of the client protocols (API.md §17.4, §17.5): their errors take JSON-RPC's shape. */
+export const isJsonRpcRoute = (method: string, path: string) => /^\/v1\/mcp(\?|$)/.test(path) || (method === 'POST' && /^\/v1\/a2a\/[^/?]+(\?|$)/.test(path))
+
+/**
+ * Why a JSON-RPC endpoint's answer breaks its contract, else undefined: a JSON-RPC 2.0 response object
+ * (`result`, or `error {code: integer, message}`); an error the HTTP layer gave (status ≥ 400) carries
+ * API.md §10's code in `error.data.code`, with §10's status. The MCP transport's own refusals (406 for a
+ * client that does not accept both answers, 405) name no §10 code.
+ */
+export function jsonRpcShapeViolation(status: number, body: unknown): string | undefined {
+  if (status === 202 && body === undefined) return undefined // an MCP notification accepted
+  // a URL the router cannot read (a malformed percent-encoding) never reaches the endpoint: §10's answer
+  if (status === 400 && errorShapeViolation(status, body) === undefined && (body as { error: { details?: Array<{ path: string }> } }).error.details?.[0]?.path === 'url') return undefined
+  if (!body || typeof body !== 'object' || Array.isArray(body)) return `status ${status} without a JSON-RPC response object`
+  const r = body as { jsonrpc?: unknown; id?: unknown; result?: unknown; error?: { code?: unknown; message?: unknown; data?: { code?: unknown } } }
+  if (r.jsonrpc !== '2.0') return `status ${status}: jsonrpc is ${JSON.stringify(r.jsonrpc)}`
+  if (!('id' in r)) return `status ${status}: no id`
+  if (('result' in r) === ('error' in r)) return `status ${status}: exactly one of result and error is required`
+  if (r.error) {
+    if (!Number.isInteger(r.error.code)) return `status ${status}: error.code is not an integer`
+    if (typeof r.error.message !== 'string') return `status ${status}: error.message is not a string`
+    const code = r.error.data?.code
+    if (status >= 400 && typeof code === 'string' && ERROR_STATUS[code] !== status) return `status ${status} with data.code ${code}, which §10 gives ${ERROR_STATUS[code]}`
+  } else if (status >= 400) return `status ${status} with a result`
+  return undefined
+}
