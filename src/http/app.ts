@@ -27,6 +27,7 @@ import { jwksRoute, tokenRoutes } from './tokens.js'
 import { corsPlugin } from './cors.js'
 import { collectRoutes, type RouteDoc } from './openapi.js'
 import { httpTracing } from '../tracing/index.js'
+import { uiRoutes } from '../protocols/ui/routes.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
 const MAX_PARAM_LENGTH = 1000
@@ -85,6 +86,7 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(secretRoutes, deps)
       await v1.register(webhookRoutes, deps)
       await v1.register(tokenRoutes, deps)
+      await v1.register(uiRoutes, deps)
     }, { prefix: '/v1' })
   }
   return app
