@@ -27,6 +27,7 @@ import { jwksRoute, tokenRoutes } from './tokens.js'
 import { corsPlugin } from './cors.js'
 import { collectRoutes, type RouteDoc } from './openapi.js'
 import { httpTracing } from '../tracing/index.js'
+import { responsesRoutes } from '../protocols/responses-routes.js'
 import { uiRoutes } from '../protocols/ui/routes.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
@@ -86,6 +87,8 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(secretRoutes, deps)
       await v1.register(webhookRoutes, deps)
       await v1.register(tokenRoutes, deps)
+      // API.md §17: the client protocols
+      await v1.register(responsesRoutes, deps)
       await v1.register(uiRoutes, deps)
     }, { prefix: '/v1' })
   }

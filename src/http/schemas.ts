@@ -469,3 +469,6 @@ export const WebhookDelivery = Type.Object({
 })
 export const DeliveryList = Type.Object({ deliveries: Type.Array(WebhookDelivery) })
 export const PingAnswer = Type.Object({ deliveryId: Type.String() })
+
+/** A body a client protocol checks itself, in its own error shape (API.md §17): any JSON object. */
+export const OpenBody = Type.Object({}, { additionalProperties: true })

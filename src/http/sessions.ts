@@ -3,7 +3,7 @@
 import type { FastifyInstance } from 'fastify'
 import { ApiError, badRequest, sessionNotFound } from '../errors.js'
 import { sessionObject, type SettingsInput } from '../agent/index.js'
-import { decodeCursor, deleteSession, getSession, listSessions, patchSession } from '../store/index.js'
+import { decodeCursor, deleteSession, getSession, listSessions, patchSession, type SessionRow } from '../store/index.js'
 import { assertLosslessJson, type JsonObject } from '../session/index.js'
 import type { HttpDeps } from './deps.js'
 import { pageQuery } from './paging.js'
@@ -13,6 +13,31 @@ import * as S from './schemas.js'
 
 const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 const json = (o: unknown) => JSON.stringify(o)
+
+/**
+ * PATCH of a session (API.md §4): title, metadata and settings, the settings validated whole as session
+ * create validates them (nothing is written on a refusal); the session's driver, in whichever process,
+ * reads them again before its next step. Also what the client protocols use when a request's settings
+ * differ (API.md §17.1). Answers the row as it is now.
+ */
+export async function changeSession(deps: HttpDeps, tenantId: string, s: SessionRow, body: { title?: string | null; metadata?: JsonObject } & SettingsInput): Promise<SessionRow> {
+  const { title, metadata, ...given } = body
+  if (metadata !== undefined) {
+    try {
+      assertLosslessJson(metadata)
+    } catch (e) {
+      throw badRequest(`metadata is not lossless JSON: ${(e as Error).message}`)
+    }
+  }
+  const settings = Object.keys(given).length ? await deps.sessions.validateSettings(given) : {}
+  if (!(await patchSession(deps.db, s.key, { title, metadata, ...settings }))) throw sessionNotFound(s.id)
+  // the poke makes the session's driver, in whichever process, read the settings before its next
+  // step; the answer waits until it has left, not for the poke window
+  if (Object.keys(settings).length) await deps.driver.settingsChanged(s.key)
+  const row = await getSession(deps.db, tenantId, s.id)
+  if (!row) throw sessionNotFound(s.id)
+  return row
+}
 
 export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
   app.post('/sessions', { config: { optionalBody: true, createsSession: true }, schema: { operationId: 'createSession', summary: 'Create a session', body: S.CreateSessionBody, response: { 200: S.SessionObject, 201: S.SessionObject, 422: S.ErrorBody, ...err } } }, async (req, reply) => {
@@ -33,23 +58,7 @@ export async function sessionRoutes(app: FastifyInstance, deps: HttpDeps): Promi
   })
 
   app.patch('/sessions/:id', { config: { session: true }, schema: { operationId: 'updateSession', summary: "Change a session's title, metadata or settings", params: S.SessionParams, body: S.PatchSessionBody, response: { 200: S.SessionObject, 422: S.ErrorBody, ...err } } }, async (req, reply) => {
-    const { title, metadata, ...given } = req.body as { title?: string | null; metadata?: JsonObject } & SettingsInput
-    if (metadata !== undefined) {
-      try {
-        assertLosslessJson(metadata)
-      } catch (e) {
-        throw badRequest(`metadata is not lossless JSON: ${(e as Error).message}`)
-      }
-    }
-    // API.md §4: validated whole as session create validates them; nothing is written on a refusal
-    const settings = Object.keys(given).length ? await deps.sessions.validateSettings(given) : {}
-    const s = sessionOf(req)
-    if (!(await patchSession(deps.db, s.key, { title, metadata, ...settings }))) throw sessionNotFound(s.id)
-    // the poke makes the session's driver, in whichever process, read the settings before its next
-    // step; the answer waits until it has left, not for the poke window
-    if (Object.keys(settings).length) await deps.driver.settingsChanged(s.key)
-    const row = await getSession(deps.db, req.principal!.tenantId, s.id)
-    if (!row) throw sessionNotFound(s.id)
+    const row = await changeSession(deps, req.principal!.tenantId, sessionOf(req), req.body as { title?: string | null; metadata?: JsonObject } & SettingsInput)
     return reply.type('application/json').send(json(sessionObject(row)))
   })
 

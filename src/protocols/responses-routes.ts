@@ -1,0 +1,386 @@
+// The OpenAI Responses and Conversations routes (API.md §17.1): a thin plugin over the projection
+// (responses.ts) and the core (span.ts, source.ts). Input goes through the native inbox entry
+// (Intake.deliver, as POST …/followup) and the native answers (Intake.answer, as …/tool-results and
+// …/approvals); differing settings through the PATCH's own code (changeSession); a response is read
+// by folding the session's log. Errors leave in OpenAI's shape {error: {message, type, param, code}}.
+
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { ApiError, badRequest } from '../errors.js'
+import { bodyHash, idempotencyMessageId, type SettingsInput } from '../agent/index.js'
+import { canonicalJson, normalizeContent, toUserMessage, type ContentBlock, type JsonObject, type UserMessage } from '../session/index.js'
+import { deleteSession, getSession, listPending, readEvents, type SessionRow } from '../store/index.js'
+import type { HttpDeps } from '../http/deps.js'
+import type { Subscription } from '../http/feed.js'
+import { changeSession } from '../http/sessions.js'
+import { inputItems, parseResponseId, ResponseProjector, responseId, sseText, toResponse } from './responses.js'
+import { foldSpans, kindsOf, SpanFold } from './span.js'
+import { followSession, waitForSpan } from './source.js'
+import type { Span } from './items.js'
+import { OpenBody } from '../http/schemas.js'
+
+/** OpenAI request fields agentd accepts and leaves to the session (sampling, formatting, routing hints). */
+const IGNORED = new Set(['temperature', 'top_p', 'parallel_tool_calls', 'tool_choice', 'text', 'truncation', 'user', 'include', 'service_tier', 'prompt_cache_key', 'safety_identifier', 'top_logprobs', 'stream_options', 'max_tool_calls'])
+const FIELDS = new Set(['model', 'input', 'instructions', 'tools', 'max_output_tokens', 'reasoning', 'conversation', 'previous_response_id', 'store', 'stream', 'background', 'metadata'])
+
+const bad = (message: string, param: string) => badRequest(message, [{ path: param, message }])
+const notFound = (what: string) => new ApiError('not-found', `${what} not found`)
+
+/** OpenAI's error `type` for a status. */
+function errorType(status: number): string {
+  if (status === 401) return 'authentication_error'
+  if (status === 403) return 'permission_error'
+  if (status === 429) return 'rate_limit_error'
+  if (status >= 500) return 'server_error'
+  return 'invalid_request_error'
+}
+
+/** An agentd error body (API.md §10) as OpenAI's. */
+export function openaiErrorBody(status: number, payload: string): string {
+  let parsed: { error?: { code?: string; message?: string; details?: Array<{ path?: string }> } }
+  try {
+    parsed = JSON.parse(payload)
+  } catch {
+    return payload
+  }
+  const e = parsed?.error
+  if (!e || typeof e.message !== 'string') return payload
+  const param = e.details?.[0]?.path ? String(e.details[0].path).replace(/^body\./, '') || null : null
+  return JSON.stringify({ error: { message: e.message, type: errorType(status), param, code: e.code ?? null } })
+}
+
+interface ParsedInput {
+  content?: ContentBlock[]
+  answers: Array<{ callId: string; kind: 'client' | 'approval'; answer: unknown; param: string }>
+}
+
+function contentPart(p: unknown, at: string): ContentBlock {
+  const o = p as Record<string, unknown>
+  if (!o || typeof o !== 'object') throw bad('a content part must be an object', at)
+  if (o.type === 'input_text' && typeof o.text === 'string') return { type: 'text', text: o.text }
+  if (o.type === 'input_image' && typeof o.image_url === 'string') {
+    const m = /^data:([^;,]+);base64,(.*)$/s.exec(o.image_url)
+    return m ? { type: 'image', mimeType: m[1], data: m[2] } : { type: 'image', url: o.image_url }
+  }
+  throw bad(`content part type ${JSON.stringify(o.type)} is not supported (input_text, input_image)`, at)
+}
+
+/** API.md §17.1 Input: user message parts (one followup), function_call_output and mcp_approval_response items. */
+function parseInput(input: unknown): ParsedInput {
+  if (typeof input === 'string') return { content: normalizeContent(input, 'input'), answers: [] }
+  if (!Array.isArray(input)) throw bad('input must be a string or a list of items', 'input')
+  const parts: ContentBlock[] = []
+  const answers: ParsedInput['answers'] = []
+  input.forEach((raw, i) => {
+    const at = `input[${i}]`
+    const it = raw as Record<string, unknown>
+    if (!it || typeof it !== 'object' || Array.isArray(it)) throw bad('an input item must be an object', at)
+    const type = it.type ?? (it.role !== undefined ? 'message' : undefined)
+    if (type === 'message') {
+      if (it.role !== 'user') throw bad(`input messages of role ${JSON.stringify(it.role)} are not accepted: agentd keeps the history itself`, `${at}.role`)
+      if (typeof it.content === 'string') parts.push({ type: 'text', text: it.content })
+      else if (Array.isArray(it.content)) it.content.forEach((p, j) => parts.push(contentPart(p, `${at}.content[${j}]`)))
+      else throw bad('content must be a string or a list of parts', `${at}.content`)
+    } else if (type === 'function_call_output') {
+      if (typeof it.call_id !== 'string' || !it.call_id) throw bad('call_id must be a string', `${at}.call_id`)
+      const out = it.output
+      const content = typeof out === 'string' ? normalizeContent(out === '' ? [] : out, `${at}.output`) : Array.isArray(out) ? out.map((p, j) => contentPart(p, `${at}.output[${j}]`)) : undefined
+      if (!content) throw bad('output must be a string or a list of parts', `${at}.output`)
+      answers.push({ callId: it.call_id, kind: 'client', answer: { content, isError: false }, param: `${at}.call_id` })
+    } else if (type === 'mcp_approval_response') {
+      if (typeof it.approval_request_id !== 'string' || !it.approval_request_id) throw bad('approval_request_id must be a string', `${at}.approval_request_id`)
+      if (typeof it.approve !== 'boolean') throw bad('approve must be a boolean', `${at}.approve`)
+      const answer: { decision: string; reason?: string } = { decision: it.approve ? 'allow' : 'deny' }
+      if (typeof it.reason === 'string' && it.reason) answer.reason = it.reason
+      answers.push({ callId: it.approval_request_id, kind: 'approval', answer, param: `${at}.approval_request_id` })
+    } else throw bad(`input items of type ${JSON.stringify(type)} are not accepted: agentd keeps the history itself`, `${at}.type`)
+  })
+  const content = parts.length ? normalizeContent(parts, 'input') : undefined
+  return { content, answers }
+}
+
+/** API.md §17.1 Settings, as session settings (SettingsInput) and the agent a `model` of `agent:<id>` names. */
+function parseSettings(b: Record<string, unknown>): { settings: SettingsInput; agent?: string } {
+  const settings: SettingsInput = {}
+  let agent: string | undefined
+  if (b.model !== undefined) {
+    if (typeof b.model !== 'string' || !b.model) throw bad('model must be a string', 'model')
+    if (b.model.startsWith('agent:')) agent = b.model.slice(6)
+    else settings.model = b.model
+  }
+  if (b.instructions !== undefined && b.instructions !== null) {
+    if (typeof b.instructions !== 'string') throw bad('instructions must be a string', 'instructions')
+    settings.system = b.instructions
+  }
+  if (b.tools !== undefined) {
+    if (!Array.isArray(b.tools)) throw bad('tools must be a list', 'tools')
+    settings.tools = b.tools.map((t, i) => {
+      const o = t as Record<string, unknown>
+      if (!o || o.type !== 'function') throw bad(`tools of type ${JSON.stringify(o?.type)} are not supported: only function tools (client tools)`, `tools[${i}].type`)
+      if (typeof o.name !== 'string') throw bad('a function tool needs a name', `tools[${i}].name`)
+      const spec: JsonObject = { name: o.name, description: typeof o.description === 'string' ? o.description : '', parameters: (o.parameters as JsonObject) ?? { type: 'object', properties: {} }, execution: { type: 'client' } }
+      return spec
+    })
+  }
+  if (b.max_output_tokens !== undefined && b.max_output_tokens !== null) {
+    if (!Number.isInteger(b.max_output_tokens) || (b.max_output_tokens as number) < 1) throw bad('max_output_tokens must be a positive integer', 'max_output_tokens')
+    settings.maxTokens = b.max_output_tokens as number
+  }
+  const effort = (b.reasoning as { effort?: unknown } | undefined)?.effort
+  if (effort !== undefined && effort !== null) {
+    if (typeof effort !== 'string') throw bad('reasoning.effort must be a string', 'reasoning.effort')
+    settings.reasoningEffort = effort
+  }
+  return { settings, agent }
+}
+
+/** Settings given that differ from the session's (API.md §17.1: omitted ones stay). */
+async function differing(deps: HttpDeps, row: SessionRow, s: SettingsInput): Promise<SettingsInput> {
+  const out: SettingsInput = {}
+  if (s.model !== undefined && s.model !== row.model) out.model = s.model
+  if (s.system !== undefined && s.system !== row.system) out.system = s.system
+  if (s.maxTokens !== undefined && s.maxTokens !== row.maxTokens) out.maxTokens = s.maxTokens
+  if (s.reasoningEffort !== undefined && s.reasoningEffort !== row.reasoningEffort) out.reasoningEffort = s.reasoningEffort
+  if (s.tools !== undefined) {
+    const v = await deps.sessions.validateSettings({ tools: s.tools })
+    if (canonicalJson(v.tools as JsonObject[]) !== canonicalJson(row.tools)) out.tools = s.tools
+  }
+  return out
+}
+
+async function foldOf(deps: HttpDeps, row: SessionRow): Promise<SpanFold> {
+  return foldSpans(await readEvents(deps.db, row.key), { toolKind: kindsOf(row.tools as never) })
+}
+
+/** The session and span a response id names, of the caller's tenant (another tenant's: not found). */
+async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string): Promise<{ row: SessionRow; spanId: string }> {
+  const p = parseResponseId(id)
+  if (!p) throw notFound(`response ${id}`)
+  const row = await getSession(deps.db, req.principal!.tenantId, p.sessionId)
+  if (!row) throw notFound(`response ${id}`)
+  return { row, spanId: p.spanId }
+}
+
+const json = (reply: FastifyReply, code: number, o: unknown) => reply.code(code).type('application/json').send(JSON.stringify(o))
+
+export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
+  const streams = new Set<Subscription>()
+  app.addHook('preClose', async () => {
+    for (const s of [...streams]) s.close()
+  })
+  // every error of these routes, the auth hook's included, in OpenAI's shape
+  app.addHook('onSend', async (_req, reply, payload) => {
+    if (reply.statusCode < 400 || typeof payload !== 'string') return payload
+    return openaiErrorBody(reply.statusCode, payload)
+  })
+
+  /** Streams span `spanId` of `row` as Responses SSE: its events after `after`, then live, then [DONE]. */
+  const stream = (req: FastifyRequest, reply: FastifyReply, row: SessionRow, spanId: string, after: number) => {
+    const hooked = reply.getHeaders() as Record<string, string | number | string[]>
+    reply.hijack()
+    const res = reply.raw
+    res.writeHead(200, { ...hooked, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache, no-transform', connection: 'keep-alive', 'x-accel-buffering': 'no' })
+    res.flushHeaders()
+    req.session = row
+    const proj = new ResponseProjector(row.id, spanId)
+    let finished = false
+    const fold = new SpanFold({
+      toolKind: kindsOf(row.tools as never),
+      onOp: (op) => {
+        if (finished) return
+        let text = ''
+        for (const e of proj.op(op)) if (e.sequence > after) text += sseText(e)
+        if (text) res.write(text)
+        if (proj.done) {
+          finished = true
+          res.write('data: [DONE]\n\n')
+          sub.close()
+        }
+      },
+    })
+    const sub = followSession(deps, req, -1, { event: (e) => fold.event(e), frame: (f) => fold.frame(f.event, f.data) }, {
+      buffered: () => res.writableLength,
+      ping: () => {
+        if (!res.writableEnded) res.write(': ping\n\n')
+      },
+      end: (reason) => {
+        if (reason === 'slow-consumer' && !res.writableEnded) res.write(`event: error\ndata: ${JSON.stringify({ type: 'error', code: 'slow-consumer', message: 'the client did not read fast enough; resume with starting_after', param: null })}\n\n`)
+        res.end()
+      },
+    }, streams)
+    res.on('drain', () => sub.drained())
+    res.on('close', () => sub.close())
+    if (res.destroyed || req.raw.socket?.destroyed) return sub.close()
+    return sub.start()
+  }
+
+  /** The Response object of a span as it stands now. */
+  const current = async (row: SessionRow, spanId: string): Promise<Record<string, unknown>> => {
+    const span = (await foldOf(deps, row)).peek(spanId)
+    if (!span) throw notFound(`response ${responseId(row.id, spanId)}`)
+    return toResponse(row.id, span)
+  }
+
+  const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => waitForSpan(deps, row.key, spanId, { toolKind: kindsOf(row.tools as never), signal })
+
+  app.post('/responses', { config: { createsSession: true }, schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
+    const b = (req.body ?? {}) as Record<string, unknown>
+    if (typeof b !== 'object' || Array.isArray(b)) throw bad('the body must be an object', '')
+    for (const k of Object.keys(b)) if (!FIELDS.has(k) && !IGNORED.has(k)) throw bad(`unknown field ${k}`, k)
+    if (b.store === false) throw bad('store: false is not supported: agentd stores every response', 'store')
+    if (b.conversation !== undefined && b.previous_response_id !== undefined && b.previous_response_id !== null) throw bad('previous_response_id and conversation cannot both be given', 'previous_response_id')
+    if (b.stream !== undefined && typeof b.stream !== 'boolean') throw bad('stream must be a boolean', 'stream')
+    if (b.background !== undefined && typeof b.background !== 'boolean') throw bad('background must be a boolean', 'background')
+    if (b.metadata !== undefined && (typeof b.metadata !== 'object' || b.metadata === null || Array.isArray(b.metadata))) throw bad('metadata must be an object', 'metadata')
+    if (b.input === undefined) throw bad('input is required', 'input')
+    const input = parseInput(b.input)
+    if (!input.content && !input.answers.length) throw bad('input has nothing to send', 'input')
+    const { settings, agent } = parseSettings(b)
+    const tenantId = req.principal!.tenantId
+
+    // which session (nothing is written before every check passed)
+    let row: SessionRow | undefined
+    let forkAt: number | undefined
+    const conv = b.conversation as string | { id?: unknown } | undefined
+    if (conv !== undefined) {
+      const id = typeof conv === 'string' ? conv : typeof conv?.id === 'string' ? conv.id : undefined
+      if (!id) throw bad('conversation must be an id or {id}', 'conversation')
+      row = await getSession(deps.db, tenantId, id)
+      if (!row) throw notFound(`conversation ${id}`)
+    } else if (typeof b.previous_response_id === 'string') {
+      const found = await findResponse(deps, req, b.previous_response_id)
+      row = found.row
+      const fold = await foldOf(deps, row)
+      const span = fold.get(found.spanId)
+      if (!span) throw notFound(`response ${b.previous_response_id}`)
+      if (fold.latest?.id !== span.id) {
+        if (!span.ended) throw bad(`response ${b.previous_response_id} is still in progress`, 'previous_response_id')
+        forkAt = span.lastSeq
+      }
+    } else if (b.previous_response_id !== undefined && b.previous_response_id !== null) throw bad('previous_response_id must be a string', 'previous_response_id')
+    if (row && agent !== undefined && row.agent?.id !== agent.split('@')[0]) throw bad(`model agent:${agent} names another agent than the conversation's`, 'model')
+    if (input.answers.length) {
+      if (!row || forkAt !== undefined) throw bad(`call ${input.answers[0].callId} is not pending`, input.answers[0].param)
+      const pending = await listPending(deps.db, row.key)
+      for (const a of input.answers) if (!pending.some((p) => p.callId === a.callId && p.kind === a.kind)) throw bad(`${a.kind === 'client' ? 'function call' : 'approval request'} ${a.callId} is not pending`, a.param)
+    }
+    // the request's own facts ride with the input, so the Response object is a function of the log
+    const facts: JsonObject = {}
+    if (b.background === true) facts.background = true
+    if (b.metadata && Object.keys(b.metadata).length) facts.metadata = b.metadata as JsonObject
+    let message: UserMessage | undefined
+    const header = req.headers['idempotency-key']
+    if (input.content) message = toUserMessage({ content: input.content, source: { kind: 'user', responses: facts } }, { kind: 'user' }, header !== undefined ? idempotencyMessageId(String(header)) : undefined)
+
+    // the session: created, forked, or changed as a PATCH would
+    if (!row) {
+      const created = await deps.sessions.create(tenantId, { ...(agent !== undefined ? { agent } : {}), ...settings } as never, req.principal!.grant?.subject ?? null)
+      row = created.row
+    } else {
+      if (forkAt !== undefined) row = await deps.sessions.fork(row, forkAt)
+      const diff = await differing(deps, row, settings)
+      if (Object.keys(diff).length) row = await changeSession(deps, tenantId, row, diff)
+    }
+
+    // the input, through the native inbox and answers
+    let spanId: string
+    if (input.answers.length) {
+      const fold = await foldOf(deps, row)
+      const w = fold.waiting
+      spanId = w ? SpanFold.answerId(w.seq) : (fold.open?.id ?? '')
+      for (const a of input.answers) await deps.intake.answer(row, a.callId, a.kind, a.answer)
+      if (message) await deps.intake.deliver(row, 'followup', message, header !== undefined ? { bodyHash: bodyHash('followup', { content: message.content }) } : undefined)
+      if (!spanId) throw new ApiError('internal', 'the answered calls belong to no span')
+    } else {
+      const accepted = await deps.intake.deliver(row, 'followup', message!, header !== undefined ? { bodyHash: bodyHash('followup', { content: message!.content }) } : undefined)
+      spanId = SpanFold.inputId(accepted.seq)
+    }
+
+    if (b.stream === true) return stream(req, reply, row, spanId, -1)
+    if (b.background === true) return json(reply, 200, await current(row, spanId))
+    const fold = await until(row, spanId)
+    return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
+  })
+
+  app.get('/responses/:id', { schema: { operationId: 'getResponse', summary: 'OpenAI Responses: a response, or its events from starting_after (stream=true)' } }, async (req, reply) => {
+    const { id } = req.params as { id: string }
+    const q = req.query as { stream?: string; starting_after?: string }
+    const { row, spanId } = await findResponse(deps, req, id)
+    if (q.stream === 'true') {
+      let after = -1
+      if (q.starting_after !== undefined) {
+        if (!/^-?\d{1,9}$/.test(q.starting_after)) throw bad('starting_after must be an integer', 'starting_after')
+        after = Number(q.starting_after)
+      }
+      if (!(await foldOf(deps, row)).peek(spanId)) throw notFound(`response ${id}`)
+      return stream(req, reply, row, spanId, after)
+    }
+    return json(reply, 200, await current(row, spanId))
+  })
+
+  app.post('/responses/:id/cancel', { config: { optionalBody: true }, schema: { operationId: 'cancelResponse', summary: 'OpenAI Responses: cancel the turn of an in-progress response', body: OpenBody } }, async (req, reply) => {
+    const { id } = req.params as { id: string }
+    const { row, spanId } = await findResponse(deps, req, id)
+    const span = (await foldOf(deps, row)).peek(spanId)
+    if (!span) throw notFound(`response ${id}`)
+    if (span.ended) return json(reply, 200, toResponse(row.id, span))
+    await deps.intake.cancel(row, false)
+    const fold = await until(row, spanId)
+    return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
+  })
+
+  app.get('/responses/:id/input_items', { schema: { operationId: 'listResponseInputItems', summary: 'OpenAI Responses: the input a response admitted' } }, async (req, reply) => {
+    const { id } = req.params as { id: string }
+    const { row, spanId } = await findResponse(deps, req, id)
+    const span = (await foldOf(deps, row)).peek(spanId)
+    if (!span) throw notFound(`response ${id}`)
+    const data = inputItems(row.id, span)
+    return json(reply, 200, { object: 'list', data, first_id: (data[0]?.id as string) ?? null, last_id: (data.at(-1)?.id as string) ?? null, has_more: false })
+  })
+
+  // ---- conversations: sessions ----
+
+  const conversation = (row: SessionRow) => ({ id: row.id, object: 'conversation', created_at: Math.floor(row.createdAt / 1000), metadata: row.metadata ?? {} })
+
+  app.post('/conversations', { config: { optionalBody: true, createsSession: true }, schema: { operationId: 'createConversation', summary: 'OpenAI Conversations: create a session', body: OpenBody } }, async (req, reply) => {
+    const b = (req.body ?? {}) as { metadata?: Record<string, unknown>; items?: unknown }
+    for (const k of Object.keys(b)) if (k !== 'metadata' && k !== 'items') throw bad(`unknown field ${k}`, k)
+    if (b.items !== undefined && (!Array.isArray(b.items) || b.items.length)) throw bad('items are not accepted: agentd keeps the history itself', 'items')
+    const metadata = (b.metadata ?? {}) as JsonObject
+    if (typeof metadata !== 'object' || Array.isArray(metadata)) throw bad('metadata must be an object', 'metadata')
+    const agent = typeof metadata.agent === 'string' ? (metadata.agent as string).replace(/^agent:/, '') : undefined
+    const { row } = await deps.sessions.create(req.principal!.tenantId, { ...(agent ? { agent } : {}), metadata } as never, req.principal!.grant?.subject ?? null)
+    return json(reply, 200, conversation(row))
+  })
+
+  app.get('/conversations/:id', { config: { session: true }, schema: { operationId: 'getConversation', summary: 'OpenAI Conversations: a session' } }, async (req, reply) => json(reply, 200, conversation(req.session!)))
+
+  app.delete('/conversations/:id', { config: { session: true }, schema: { operationId: 'deleteConversation', summary: 'OpenAI Conversations: delete a session' } }, async (req, reply) => {
+    const row = req.session!
+    await deleteSession(deps.db, row.key)
+    await deps.driver.deleted(row)
+    return json(reply, 200, { id: row.id, object: 'conversation.deleted', deleted: true })
+  })
+
+  app.get('/conversations/:id/items', { config: { session: true }, schema: { operationId: 'listConversationItems', summary: 'OpenAI Conversations: the history as items' } }, async (req, reply) => {
+    const row = req.session!
+    const q = req.query as { after?: string; limit?: string; order?: string }
+    const fold = await foldOf(deps, row)
+    const items: Array<Record<string, unknown>> = []
+    for (const span of fold.spans as Span[]) {
+      if (span.status === 'queued') continue
+      items.push(...inputItems(row.id, span), ...toResponseOutput(row.id, span))
+    }
+    if (q.order !== undefined && q.order !== 'asc' && q.order !== 'desc') throw bad('order must be asc or desc', 'order')
+    let list = q.order === 'asc' ? items : items.reverse()
+    if (q.after !== undefined) {
+      const at = list.findIndex((i) => i.id === q.after)
+      list = at >= 0 ? list.slice(at + 1) : []
+    }
+    const limit = q.limit === undefined ? 20 : Number(q.limit)
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw bad('limit must be 1..100', 'limit')
+    const data = list.slice(0, limit)
+    return json(reply, 200, { object: 'list', data, first_id: (data[0]?.id as string) ?? null, last_id: (data.at(-1)?.id as string) ?? null, has_more: list.length > limit })
+  })
+}
+
+const toResponseOutput = (sessionId: string, span: Span) => toResponse(sessionId, span).output as Array<Record<string, unknown>>

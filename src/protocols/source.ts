@@ -1,0 +1,125 @@
+// The live part of the protocol layer: for one session, its durable events after a seq and then its
+// live frames (agent/assistant-stream start, chunk, end and the snapshot of the attempt in flight), in
+// order — the very subscription the native SSE stream runs (http/feed.ts subscribe, bus/feed.ts), with
+// its backpressure, slow-consumer cut, pings and close on disconnect. A protocol route hands the
+// events and frames to a SpanFold and writes what its renderer makes of the ops.
+//
+// Across processes: the feed follows commits through the bus's doorbells and live frames through its
+// live channel, so a span driven by another process (or taken over after a crash) is followed here too;
+// waitForSpan is the blocking mode's wait built on the same feed.
+
+import type { FastifyRequest } from 'fastify'
+import type { FeedEvent, LiveFrame } from '../bus/index.js'
+import type { HttpDeps } from '../http/deps.js'
+import { subscribe, type Subscription, type Transport } from '../http/feed.js'
+import type { SessionEvent } from '../session/index.js'
+import { SpanFold, type SpanFoldOptions } from './span.js'
+
+/** What a follower of a session gets, in order. */
+export interface SessionSink {
+  /** a durable event (seq ascending, none skipped or repeated) */
+  event(e: SessionEvent): void
+  /** a live frame (API.md §6): stream/ready, agent/status, the snapshot, then live frames */
+  frame(f: LiveFrame): void
+}
+
+/** The connection a protocol stream writes to: what subscribe() needs besides the frames. */
+export interface Connection {
+  /** what the connection holds that its client has not read */
+  buffered(): number
+  /** a keep-alive in the protocol's own form */
+  ping(): void
+  /** closes the connection; `slow-consumer` when the client did not read fast enough */
+  end(reason?: 'slow-consumer' | 'error'): void
+}
+
+const parse = (e: FeedEvent): SessionEvent => JSON.parse(e.json) as SessionEvent
+
+/**
+ * Follows the session of `req.session` from seq `after` over a connection, as the native SSE stream
+ * does (same subscription, same limits). The sink gets parsed events and frames; what it writes to the
+ * connection is its own. Call start() to send the backlog and go live; close() (or the connection's
+ * close) ends it. The caller adds `subscription.drained` to the connection's drain.
+ */
+export function followSession(deps: HttpDeps, req: FastifyRequest, after: number, sink: SessionSink, conn: Connection, open: Set<Subscription>): Subscription {
+  // subscribe() turns each event and frame into text and then writes it: the text is what the
+  // buffer limit counts, the object goes to the sink in the same order
+  const queue: Array<SessionEvent | LiveFrame> = []
+  const t: Transport = {
+    durable: (e) => {
+      queue.push(parse(e))
+      return e.json
+    },
+    live: (f) => {
+      queue.push(f)
+      return ''
+    },
+    write: () => {
+      const x = queue.shift()
+      if (!x) return
+      if ('seq' in x) sink.event(x)
+      else sink.frame(x)
+    },
+    buffered: () => conn.buffered(),
+    ping: () => conn.ping(),
+    end: (reason) => {
+      queue.length = 0
+      conn.end(reason)
+    },
+  }
+  return subscribe(deps, req, after, t, open)
+}
+
+/**
+ * Follows a session without a connection (the blocking mode's wait, API.md §17.1): the durable events
+ * after `after`, then the in-flight snapshot and live frames, through the same feed.
+ */
+export function watchSession(deps: Pick<HttpDeps, 'feeds' | 'snapshot'>, key: string, after: number, sink: SessionSink & { fail?(e: Error): void }): { start(): Promise<void>; close(): void } {
+  const sub = deps.feeds.open(key, after, {
+    durable: (e) => sink.event(parse(e)),
+    live: (f) => sink.frame(f),
+    ready: () => {},
+    writable: () => true,
+    fail: (e) => sink.fail?.(e),
+  })
+  sub.onReady = () => {
+    const snap = deps.snapshot(key)
+    if (snap) sink.frame(snap)
+  }
+  return { start: () => sub.start(), close: () => sub.close() }
+}
+
+/**
+ * Resolves with the fold once span `id` has ended (or `until` says enough), following the session from
+ * its start in any process; rejects when `signal` aborts or the feed fails. The fold is also what the
+ * caller answers from.
+ */
+export function waitForSpan(deps: Pick<HttpDeps, 'feeds' | 'snapshot'>, key: string, id: string, opts: Omit<SpanFoldOptions, 'onOp'> & { signal?: AbortSignal; until?: (fold: SpanFold) => boolean }): Promise<SpanFold> {
+  return new Promise((resolve, reject) => {
+    const fold = new SpanFold(opts)
+    let done = false
+    const finish = (err?: Error) => {
+      if (done) return
+      done = true
+      w.close()
+      opts.signal?.removeEventListener('abort', onAbort)
+      if (err) reject(err)
+      else resolve(fold)
+    }
+    const check = () => {
+      if (fold.get(id)?.ended || opts.until?.(fold)) finish()
+    }
+    const onAbort = () => finish(new Error('aborted'))
+    const w = watchSession(deps, key, -1, {
+      event: (e) => {
+        fold.event(e)
+        check()
+      },
+      frame: (f) => fold.frame(f.event, f.data),
+      fail: (e) => finish(e),
+    })
+    if (opts.signal?.aborted) return finish(new Error('aborted'))
+    opts.signal?.addEventListener('abort', onAbort, { once: true })
+    void w.start().then(check, (e: Error) => finish(e))
+  })
+}

@@ -1,0 +1,609 @@
+// Spans (API.md §17 intro): a client protocol's unit of work — a response, a run, a task, a UI
+// message — as a pure fold of a session's durable events and, while an attempt streams, of that
+// attempt's chunks (the ones the native stream's snapshot carries). No state of its own: the same
+// log folds to the same spans and the same ops in the same order, in any process, at any time.
+//
+// What a span is:
+// - It opens at the claim of the input that opened a turn (turn/start and its claim splices), or, in
+//   a turn that waited, at the first event after the wait (the answer's effect).
+// - It ends at its turn's turn/end, or at a wait: after a tool/call or tool/result, when the first
+//   call of the turn still without a result (in log order, which is model order) is one that waits
+//   for a client or an approver. Later calls cannot commit a result before it (SPEC §11.6), and no
+//   attempt runs while a step's tools do, so nothing the span could still show runs.
+// - A crash-interrupted turn (turn/end interrupted) and its continuation (turn/start {continues}) are
+//   one span; it fails `interrupted` only when a later turn opens without continuing it.
+// - A failed attempt that is retried shows as items that end incomplete, then the retry's items.
+//
+// Ids are derived from the log: `i<seq>` names the delivery splice of the input that opened the span
+// (so a protocol can name the span the moment the input is accepted, before any claim), `w<seq>` the
+// last event of the span that ended at the wait it answers, `t<seq>` the turn/start of a turn that
+// claimed nothing.
+//
+// Which calls wait is not in the log: tool/call carries no kind, and the kind comes from the session's
+// tool settings (execution `client`, `approval: always`). The fold takes it from `toolKind`, which the
+// caller builds from the session's settings as they stand (kindsOf). A settings change that turns a
+// tool that was called into another kind would re-fold older spans differently; API.md §4 applies
+// settings from the next step, so that needs a tool renamed in place. A call that first waits for an
+// approval and then, allowed, for a client (a client tool with `approval: always`) shows as an approval
+// only: the second wait leaves no event to fold.
+
+import { applySplice, emptyInbox, expandStream, usageOf, usageTotals, addTotals, type AssistantStreamRecord, type ContentBlock, type SessionEvent, type SplicedData, type StreamChunk, type TurnEndReason, type UserMessage, type UsageTotals } from '../session/index.js'
+
+/** What kindsOf reads of a ToolSpec (API.md §4). */
+export interface ToolSpecLike {
+  name: string
+  approval?: string
+  execution?: { type?: string }
+}
+import type { ReasoningItem, Span, SpanItem, SpanOp, TextItem, ToolCallItem, ToolKind, ToolResult, ToolResultItem, WaitKind } from './items.js'
+import { textOf } from './items.js'
+
+export interface SpanFoldOptions {
+  /** who answers a call of this tool name (kindsOf builds it from the session's ToolSpecs) */
+  toolKind(name: string): ToolKind
+  /** every op, in order, as the fold makes it */
+  onOp?(op: SpanOp): void
+}
+
+/** The tool kinds of a session's ToolSpecs: `approval: always` waits for an approver, `client` execution for the client. */
+export function kindsOf(tools: readonly ToolSpecLike[] | undefined): (name: string) => ToolKind {
+  const kinds = new Map<string, ToolKind>()
+  for (const t of tools ?? []) kinds.set(t.name, t.approval === 'always' ? 'approval' : t.execution?.type === 'client' ? 'client' : 'server')
+  return (name) => kinds.get(name) ?? 'server'
+}
+
+const zeroUsage = (): UsageTotals => usageTotals(undefined)
+
+/** The attempt id's `n` (SPEC §9.1: `<sessionId>:<n>`, n the seq the log would assign next at dispatch). */
+export function attemptSeq(attemptId: string): number {
+  const n = Number(attemptId.slice(attemptId.lastIndexOf(':') + 1))
+  return Number.isInteger(n) ? n : -1
+}
+
+interface TurnState {
+  turn: number
+  /** between turn/start and the end of its claim: what it claimed */
+  opening?: { seq: number; time: number; claimed: UserMessage[]; continues?: number; prompt?: UserMessage }
+  /** calls of the turn still without a result, in log order */
+  open: Array<{ callId: string; name: string; arguments: string; kind: ToolKind }>
+  /** tool-call items of the turn by call id (their span may be an earlier one) */
+  calls: Map<string, { item: ToolCallItem; span: Span }>
+  /** the span ended at a wait after this event; the next span opens at the next event that is not a tool/call or a splice */
+  waited?: { seq: number; time: number }
+}
+
+/** One attempt's projection: its blocks' items and how many of its chunks were fed. */
+interface AttemptState {
+  /** the live attempt's `n` (undefined for one projected from its settlement only) */
+  n?: number
+  fed: number
+  blocks: Map<number, TextItem | ReasoningItem | ToolCallItem>
+  /** block indexes of tool calls whose first delta has not come yet */
+  toolStarts: Set<number>
+  span: Span
+}
+
+/** The live attempt as frames gave it: its chunks from index 0, as far as they are contiguous. */
+interface LiveAttempt {
+  attemptId: string
+  n: number
+  chunks: StreamChunk[]
+  /** a chunk was missed: the rest comes from the settlement */
+  broken: boolean
+}
+
+export class SpanFold {
+  /** spans in the order they were announced (span-open) */
+  readonly spans: Span[] = []
+  /** the seq of the last event folded */
+  head = -1
+  private readonly byId = new Map<string, Span>()
+  private readonly inbox = emptyInbox()
+  /** delivery splice of each message ever delivered */
+  private readonly delivered = new Map<string, { seq: number; time: number }>()
+  /** spans of next-turn input not yet claimed, by message id */
+  private readonly pending = new Map<string, Span>()
+  /** pending spans not announced yet (the event after their delivery decides whether they queued) */
+  private unannounced: Span[] = []
+  private turn?: TurnState
+  private current?: Span
+  /** a crash-interrupted span waiting for its continuation */
+  private held?: Span
+  private lastStarted?: Span
+  private lastModel?: string
+  private lastSystem?: string
+  private live?: LiveAttempt
+  private attempt?: AttemptState
+  /** seq of the last settlement folded: live attempts dispatched before it are settled */
+  private settledUpTo = -1
+
+  constructor(private readonly opts: SpanFoldOptions) {}
+
+  /** A span by id, announced or still pending (queued, not yet announced). */
+  get(id: string): Span | undefined {
+    return this.byId.get(id)
+  }
+
+  /** The span the session's latest turn started last (what `previous_response_id` continues). */
+  get latest(): Span | undefined {
+    return this.lastStarted
+  }
+
+  /** The span open now: running, or the crash-interrupted one awaiting its continuation. */
+  get open(): Span | undefined {
+    return this.current ?? this.held
+  }
+
+  /** The calls the turn waits on now, when its last span ended at a wait and nothing came after. */
+  get waiting(): { span: Span; seq: number; calls: Array<{ callId: string; name: string; kind: WaitKind }> } | undefined {
+    const t = this.turn
+    if (!t?.waited || this.current) return undefined
+    const span = this.spans.at(-1)
+    if (!span) return undefined
+    return { span, seq: t.waited.seq, calls: t.open.filter((c) => c.kind !== 'server').map((c) => ({ callId: c.callId, name: c.name, kind: c.kind as WaitKind })) }
+  }
+
+  /**
+   * A span by id as it stands now; for the id of the span an answer to the current wait opens (that
+   * has no event yet), the span as it will open: in progress, nothing in it.
+   */
+  peek(id: string): Span | undefined {
+    const s = this.byId.get(id)
+    if (s) return s
+    const w = this.waiting
+    if (!w || id !== SpanFold.answerId(w.seq)) return undefined
+    const span = this.newSpan(id, { kind: 'answer', seq: w.seq }, this.turn!.waited!.time, w.seq + 1)
+    span.turn = this.turn!.turn
+    span.previous = this.lastStarted?.id
+    if (this.lastModel !== undefined) span.model = this.lastModel
+    if (this.lastSystem !== undefined) span.instructions = this.lastSystem
+    return span
+  }
+
+  /** The id the next span of a waiting turn will have (the answer's). */
+  static answerId(waitSeq: number): string {
+    return `w${waitSeq}`
+  }
+
+  /** The id of the span a delivery at `seq` opens. */
+  static inputId(seq: number): string {
+    return `i${seq}`
+  }
+
+  private emit(op: SpanOp): void {
+    this.opts.onOp?.(op)
+  }
+
+  private announce(span: Span): void {
+    this.spans.push(span)
+    this.byId.set(span.id, span)
+    this.emit({ op: 'span-open', span })
+  }
+
+  /** Folds one durable event; events must come in seq order (a repeated one is ignored). */
+  event(e: SessionEvent): void {
+    if (e.seq <= this.head) return
+    this.head = e.seq
+    const d = e.data as Record<string, unknown>
+    const isSplice = e.type === 'agent/inbox/spliced'
+    // the opening claim of a turn is its turn/start's splices; anything else ends it
+    if (this.turn?.opening && !(isSplice && isClaim(d as unknown as SplicedData))) this.finishOpening()
+    // input delivered and not claimed by the turn/start right after it waited behind other work
+    if (this.unannounced.length && e.type !== 'turn/start' && !(this.turn?.opening && isSplice)) this.announceQueued()
+    if (!isSplice && e.type !== 'tool/call' && e.type !== 'turn/start' && e.type !== 'session/end-seed') this.resumeAfterWait(e)
+    if (this.current) this.current.lastSeq = e.seq
+    switch (e.type) {
+      case 'agent/inbox/spliced':
+        this.splice(e, d as unknown as SplicedData)
+        break
+      case 'turn/start':
+        this.turnStart(e, d)
+        break
+      case 'turn/end':
+        this.turnEnd(e, d.reason as TurnEndReason)
+        break
+      case 'system/message':
+        this.lastSystem = textOf(((d.message as { content: ContentBlock[] }).content) ?? [])
+        if (this.current && !this.hasAttempt(this.current)) this.current.instructions = this.lastSystem
+        break
+      case 'request/header': {
+        const c = (d.header as { config: { provider: string; model: string } }).config
+        this.lastModel = `${c.provider}/${c.model}`
+        if (this.current && !this.hasAttempt(this.current)) this.current.model = this.lastModel
+        break
+      }
+      case 'user/message':
+        if (this.current) {
+          const m = d as unknown as UserMessage
+          const opening = this.current.input.some((x) => x.id === m.id)
+          if (!opening) this.current.input.push(m)
+          this.emit({ op: 'input', span: this.current, message: m, opening })
+        }
+        break
+      case 'assistant/message':
+      case 'assistant/attempt':
+        this.settle(e, d)
+        break
+      case 'tool/call':
+        this.toolCall(e, d)
+        break
+      case 'tool/result':
+        this.toolResult(e, d)
+        break
+    }
+    this.pump()
+  }
+
+  /** Folds a live frame of the native stream (agent/assistant-stream start, chunk, snapshot; agent/session-start). */
+  frame(event: string, data: unknown): void {
+    if (event === 'agent/session-start') {
+      this.live = undefined
+      return
+    }
+    if (event !== 'agent/assistant-stream') return
+    const f = data as { kind: string; attemptId: string; index?: number; chunk?: StreamChunk; stream?: AssistantStreamRecord[] }
+    const n = attemptSeq(f.attemptId)
+    if (n <= this.settledUpTo) return
+    if (f.kind === 'start') {
+      if (this.live?.attemptId !== f.attemptId) this.live = { attemptId: f.attemptId, n, chunks: [], broken: false }
+    } else if (f.kind === 'snapshot') {
+      const chunks = expandStream(f.stream ?? []).map((c) => c.chunk)
+      if (this.live?.attemptId !== f.attemptId) this.live = { attemptId: f.attemptId, n, chunks, broken: false }
+      else if (!this.live.broken && chunks.length > this.live.chunks.length) this.live.chunks = chunks
+    } else if (f.kind === 'chunk') {
+      if (this.live?.attemptId !== f.attemptId) {
+        if (f.index !== 0) return
+        this.live = { attemptId: f.attemptId, n, chunks: [], broken: false }
+      }
+      const live = this.live
+      if (live.broken || f.index! < live.chunks.length) return
+      if (f.index! > live.chunks.length) live.broken = true
+      else live.chunks.push(f.chunk!)
+    } else return
+    this.pump()
+  }
+
+  /** Feeds the live attempt's chunks once every event before its dispatch is folded. */
+  private pump(): void {
+    const live = this.live
+    if (!live || live.n <= this.settledUpTo || this.head < live.n - 1) return
+    const span = this.current
+    if (!span || !this.turn) return
+    let att = this.attempt
+    if (!att || att.n !== live.n) att = this.attempt = { n: live.n, fed: 0, blocks: new Map(), toolStarts: new Set(), span }
+    while (att.fed < live.chunks.length) this.feed(att, live.chunks[att.fed++])
+  }
+
+  private hasAttempt(span: Span): boolean {
+    return span.items.length > 0 || this.attempt?.span === span
+  }
+
+  // ---- input ----
+
+  private splice(e: SessionEvent, d: SplicedData): void {
+    const removed = applySplice(this.inbox, d)
+    for (const m of d.inserted ?? []) {
+      this.delivered.set(m.id, { seq: e.seq, time: e.time })
+      if (d.target !== 'next-turn') continue
+      const span = this.newSpan(SpanFold.inputId(e.seq), { kind: 'input', seq: e.seq, messageId: m.id }, e.time, e.seq)
+      span.status = 'queued'
+      span.input = [m]
+      this.pending.set(m.id, span)
+      this.byId.set(span.id, span)
+      this.unannounced.push(span)
+    }
+    if (!removed.length) return
+    if (d.outcome === 'canceled') {
+      for (const m of removed) {
+        const span = this.pending.get(m.id)
+        if (!span) continue
+        this.pending.delete(m.id)
+        if (this.unannounced.includes(span)) {
+          this.unannounced = this.unannounced.filter((s) => s !== span)
+          span.queued = true
+          this.announce(span)
+        }
+        span.lastSeq = e.seq
+        this.end(span, 'cancelled', e)
+      }
+      return
+    }
+    const o = this.turn?.opening
+    if (o && !(d.inserted ?? []).length) {
+      o.claimed.push(...removed)
+      if (d.target === 'next-turn') {
+        o.prompt = removed[0]
+        this.finishOpening()
+      }
+    }
+  }
+
+  private announceQueued(): void {
+    const q = this.unannounced
+    this.unannounced = []
+    for (const s of q) {
+      s.queued = true
+      this.announce(s)
+    }
+  }
+
+  // ---- turns ----
+
+  private turnStart(e: SessionEvent, d: Record<string, unknown>): void {
+    const continues = typeof d.continues === 'number' ? d.continues : undefined
+    if (this.held && (continues === undefined || this.held.turn !== continues)) {
+      const h = this.held
+      this.held = undefined
+      h.error = { code: 'interrupted', message: 'the turn was interrupted by a crash and not continued' }
+      this.end(h, 'failed')
+    }
+    this.turn = { turn: d.turn as number, opening: { seq: e.seq, time: e.time, claimed: [], continues }, open: [], calls: new Map() }
+  }
+
+  /** The turn's opening claim is complete: its span starts (or, continuing a crashed turn, goes on). */
+  private finishOpening(): void {
+    const t = this.turn!
+    const o = t.opening!
+    t.opening = undefined
+    if (o.continues !== undefined && this.held?.turn === o.continues) {
+      const span = this.held
+      this.held = undefined
+      span.turn = t.turn
+      this.current = span
+      return
+    }
+    let span = o.prompt ? this.pending.get(o.prompt.id) : undefined
+    if (span) {
+      this.pending.delete(o.prompt!.id)
+      span.input = [...o.claimed]
+      span.turn = t.turn
+      span.status = 'in_progress'
+      this.start(span)
+      if (this.unannounced.includes(span)) {
+        this.unannounced = this.unannounced.filter((s) => s !== span)
+        this.announce(span)
+      } else this.emit({ op: 'span-start', span })
+    } else {
+      const first = o.claimed[0]
+      const at = first ? this.delivered.get(first.id) : undefined
+      span = at && first ? this.newSpan(SpanFold.inputId(at.seq), { kind: 'input', seq: at.seq, messageId: first.id }, at.time, o.seq) : this.newSpan(`t${o.seq}`, { kind: 'turn', seq: o.seq }, o.time, o.seq)
+      span.input = [...o.claimed]
+      span.turn = t.turn
+      this.start(span)
+      this.announce(span)
+    }
+    this.current = span
+    if (this.unannounced.length) this.announceQueued()
+  }
+
+  private newSpan(id: string, opener: Span['opener'], createdAt: number, firstSeq: number): Span {
+    return { id, opener, turn: 0, status: 'in_progress', ended: false, createdAt, queued: false, input: [], items: [], usage: zeroUsage(), waits: [], firstSeq, lastSeq: firstSeq }
+  }
+
+  /** A span begins running: what it inherits from the log so far. */
+  private start(span: Span): void {
+    span.status = 'in_progress'
+    if (this.lastStarted) span.previous = this.lastStarted.id
+    if (this.lastModel !== undefined) span.model = this.lastModel
+    if (this.lastSystem !== undefined) span.instructions = this.lastSystem
+    this.lastStarted = span
+  }
+
+  /** The first event after a wait that is the answer's effect opens the turn's next span. */
+  private resumeAfterWait(e: SessionEvent): void {
+    const t = this.turn
+    if (!t?.waited || this.current) return
+    const w = t.waited
+    t.waited = undefined
+    const span = this.newSpan(SpanFold.answerId(w.seq), { kind: 'answer', seq: w.seq }, w.time, e.seq)
+    span.turn = t.turn
+    this.start(span)
+    this.announce(span)
+    this.current = span
+  }
+
+  private turnEnd(e: SessionEvent, reason: TurnEndReason): void {
+    const span = this.current
+    this.closeAttempt('incomplete')
+    this.turn = undefined
+    this.current = undefined
+    if (!span) return
+    span.lastSeq = e.seq
+    switch (reason.kind) {
+      case 'interrupted':
+        this.held = span
+        return
+      case 'completed':
+        return this.end(span, 'completed')
+      case 'max-tokens':
+        return this.end(span, 'incomplete')
+      case 'aborted':
+        return this.end(span, 'cancelled')
+      case 'blocked':
+        span.error = { code: 'blocked', message: 'a server plugin refused the step' }
+        return this.end(span, 'failed')
+      case 'error':
+        span.error = { code: reason.error.code, message: reason.error.message }
+        return this.end(span, 'failed')
+    }
+  }
+
+  private end(span: Span, status: Span['status'], at?: SessionEvent): void {
+    if (at) span.lastSeq = at.seq
+    span.status = status
+    span.ended = true
+    this.emit({ op: 'span-end', span })
+  }
+
+  // ---- attempts ----
+
+  private settle(e: SessionEvent, d: Record<string, unknown>): void {
+    const span = this.current
+    this.settledUpTo = e.seq
+    if (this.live && this.live.n <= e.seq) this.live = undefined
+    if (!span) return
+    let att = this.attempt
+    if (!att || att.span !== span || att.n === undefined || att.n > e.seq) att = { fed: 0, blocks: new Map(), toolStarts: new Set(), span }
+    const chunks = expandStream((d.stream as AssistantStreamRecord[]) ?? [])
+    for (let i = att.fed; i < chunks.length; i++) this.feed(att, chunks[i].chunk)
+    att.fed = chunks.length
+    this.attempt = att
+    const u = usageOf(e)
+    if (u) addTotals(span.usage, usageTotals(u))
+    this.closeAttempt(e.type === 'assistant/message' && d.interrupted !== true ? 'completed' : 'incomplete')
+  }
+
+  /** The attempt settled (or its turn ended): items still open end with `status`. */
+  private closeAttempt(status: 'completed' | 'incomplete'): void {
+    const att = this.attempt
+    this.attempt = undefined
+    if (!att) return
+    for (const item of att.blocks.values()) this.done(att.span, item, status)
+  }
+
+  private done(span: Span, item: SpanItem, status: 'completed' | 'incomplete'): void {
+    if (item.status !== 'in_progress') return
+    item.status = status
+    this.emit({ op: 'item-done', span, item })
+  }
+
+  private addItem<T extends SpanItem>(span: Span, item: Omit<T, 'id' | 'ordinal' | 'status'> & { status?: T['status'] }): T {
+    const ordinal = span.items.length
+    const full = { status: 'in_progress', ...item, id: `${span.id}.${ordinal}`, ordinal } as T
+    span.items.push(full)
+    return full
+  }
+
+  private toolItem(att: AttemptState, index: number, callId: string, name: string): ToolCallItem {
+    const item = this.addItem<ToolCallItem>(att.span, { type: 'tool-call', callId, name, arguments: '', kind: this.opts.toolKind(name) })
+    att.blocks.set(index, item)
+    att.toolStarts.delete(index)
+    this.turn?.calls.set(callId, { item, span: att.span })
+    this.emit({ op: 'item-add', span: att.span, item })
+    return item
+  }
+
+  private textItem(att: AttemptState, index: number, type: 'text' | 'reasoning'): TextItem | ReasoningItem {
+    const item = this.addItem<TextItem | ReasoningItem>(att.span, { type, text: '' } as TextItem)
+    att.blocks.set(index, item)
+    this.emit({ op: 'item-add', span: att.span, item })
+    return item
+  }
+
+  /** One chunk of an attempt (SPEC §3.3 StreamChunk) as item ops. */
+  private feed(att: AttemptState, c: StreamChunk): void {
+    const span = att.span
+    switch (c.type) {
+      case 'block-start':
+        if (att.blocks.has(c.index)) return
+        if (c.blockType === 'text' || c.blockType === 'reasoning') this.textItem(att, c.index, c.blockType)
+        else if (c.blockType === 'tool-call') att.toolStarts.add(c.index)
+        return
+      case 'text-delta':
+      case 'reasoning-delta': {
+        const type = c.type === 'text-delta' ? 'text' : 'reasoning'
+        let item = att.blocks.get(c.index)
+        if (!item) item = this.textItem(att, c.index, type)
+        if (item.type === 'tool-call' || item.status !== 'in_progress') return
+        item.text += c.text
+        if (c.text) this.emit({ op: 'delta', span, item, delta: c.text })
+        return
+      }
+      case 'tool-call-delta': {
+        let item = att.blocks.get(c.index)
+        if (!item) item = this.toolItem(att, c.index, c.id, c.name ?? '')
+        if (item.type !== 'tool-call' || item.status !== 'in_progress') return
+        item.arguments += c.argumentsDelta
+        if (c.argumentsDelta) this.emit({ op: 'delta', span, item, delta: c.argumentsDelta })
+        return
+      }
+      case 'block-end': {
+        const b = c.block
+        let item = att.blocks.get(c.index)
+        if (!item) {
+          if (b.type === 'tool-call') item = this.toolItem(att, c.index, b.id, b.name)
+          else if (b.type === 'text' || b.type === 'reasoning') item = this.textItem(att, c.index, b.type)
+          else return
+          // a block that streamed no deltas shows its whole content as one
+          const whole = b.type === 'tool-call' ? b.arguments : b.type === 'text' || b.type === 'reasoning' ? b.text : ''
+          if (item.type === 'tool-call') item.arguments = whole
+          else item.text = whole
+          if (whole) this.emit({ op: 'delta', span, item, delta: whole })
+        }
+        if (item.status !== 'in_progress') return
+        if (item.type === 'tool-call' && b.type === 'tool-call') item.arguments = b.arguments
+        else if (item.type !== 'tool-call' && (b.type === 'text' || b.type === 'reasoning')) item.text = b.text
+        // done only when the attempt finishes: a block that ended in an attempt that then failed
+        // ends incomplete (API.md §17 intro: a retried attempt's items end incomplete)
+        return
+      }
+      case 'finish': {
+        const ok = c.reason.kind === 'stop' || c.reason.kind === 'tool-calls'
+        for (const item of att.blocks.values()) this.done(span, item, ok ? 'completed' : 'incomplete')
+        return
+      }
+      default:
+        return
+    }
+  }
+
+  // ---- tools ----
+
+  private toolCall(e: SessionEvent, d: Record<string, unknown>): void {
+    const t = this.turn
+    if (!t) return
+    const callId = d.callId as string
+    const name = d.name as string
+    t.open.push({ callId, name, arguments: d.arguments as string, kind: t.calls.get(callId)?.item.kind ?? this.opts.toolKind(name) })
+    this.checkWait(e)
+  }
+
+  private toolResult(e: SessionEvent, d: Record<string, unknown>): void {
+    const t = this.turn
+    if (!t) return
+    const message = d.message as { content: Array<{ toolCallId: string; isError: boolean; content: ContentBlock[] }>; source: { callId: string } }
+    const callId = message.source.callId
+    const block = message.content[0]
+    const result: ToolResult = { content: block.content, isError: block.isError }
+    if (d.error) result.error = d.error as ToolResult['error']
+    const at = t.open.findIndex((c) => c.callId === callId)
+    const call = at >= 0 ? t.open.splice(at, 1)[0] : undefined
+    const known = t.calls.get(callId)
+    const span = this.current
+    if (span) {
+      if (known && known.span === span) {
+        known.item.result = result
+        this.emit({ op: 'tool-result', span, item: known.item })
+      } else {
+        const item = this.addItem<ToolResultItem>(span, { type: 'tool-result', callId, name: known?.item.name ?? call?.name ?? '', arguments: known?.item.arguments ?? call?.arguments ?? '', kind: known?.item.kind ?? call?.kind ?? 'server', result, status: 'completed' })
+        this.emit({ op: 'tool-result', span, item })
+      }
+    }
+    this.checkWait(e)
+  }
+
+  /** Ends the span when the first call without a result waits for someone (header). */
+  private checkWait(e: SessionEvent): void {
+    const t = this.turn
+    const span = this.current
+    if (!t || !span || t.waited) return
+    const first = t.open[0]
+    if (!first || first.kind === 'server') return
+    span.waits = t.open.filter((c) => c.kind !== 'server').map((c) => ({ callId: c.callId, name: c.name, kind: c.kind as WaitKind }))
+    t.waited = { seq: e.seq, time: e.time }
+    this.current = undefined
+    this.end(span, 'completed', e)
+  }
+}
+
+/** A claim: a pure deletion (no insertion, no `outcome`, SPEC §4.5). */
+function isClaim(d: SplicedData): boolean {
+  return !(d.inserted ?? []).length && d.outcome === undefined && (d.removedCount ?? 0) > 0
+}
+
+/** Folds a whole log (a pure function): its spans, in the order they were announced, and the fold. */
+export function foldSpans(events: Iterable<SessionEvent>, opts: SpanFoldOptions): SpanFold {
+  const fold = new SpanFold(opts)
+  for (const e of events) fold.event(e)
+  return fold
+}

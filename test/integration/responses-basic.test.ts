@@ -1,0 +1,105 @@
+// API.md §17.1 with the official `openai` client against a real agentd on both databases: a streamed
+// text answer, a background response polled to completion, continuity by previous_response_id and by
+// conversation, a fork from an older response, and the Response object's fields.
+
+import OpenAI from 'openai'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { DB_KINDS } from '../helpers/db.js'
+import { startTestApp, type TestApp } from '../helpers/app.js'
+
+describe.each(DB_KINDS)('OpenAI Responses on %s', (kind) => {
+  let t: TestApp
+  let client: OpenAI
+  beforeAll(async () => {
+    t = await startTestApp({ kind })
+    client = new OpenAI({ baseURL: `${t.url}/v1`, apiKey: t.key, maxRetries: 0 })
+  })
+  afterAll(async () => {
+    await t?.close()
+  })
+
+  /** A conversation whose model answers with the given steps. */
+  const conversation = async (...steps: Parameters<TestApp['models']['script']>[1][]) => {
+    const c = await client.conversations.create({})
+    t.models.script(c.id, ...steps)
+    return c
+  }
+
+  it('a streamed text answer: events numbered from 0, output_text, usage', async () => {
+    const c = await conversation({ text: ['Hel', 'lo', '!'], usage: { input: 11, output: 3, cacheRead: 2, reasoning: 0 } })
+    const stream = await client.responses.create({ model: t.models.ref(), conversation: c.id, input: 'Say hello', stream: true })
+    const events: any[] = []
+    for await (const e of stream) events.push(e)
+    expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i))
+    expect(events.map((e) => e.type)).toEqual([
+      'response.created',
+      'response.in_progress',
+      'response.output_item.added',
+      'response.content_part.added',
+      'response.output_text.delta',
+      'response.output_text.delta',
+      'response.output_text.delta',
+      'response.output_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
+      'response.completed',
+    ])
+    expect(events.filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta)).toEqual(['Hel', 'lo', '!'])
+    const done = events.at(-1).response
+    expect(done.status).toBe('completed')
+    expect(done.conversation).toEqual({ id: c.id })
+    expect(done.output).toHaveLength(1)
+    expect(done.output[0]).toMatchObject({ type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: 'Hello!' }] })
+    expect(done.usage).toEqual({ input_tokens: 13, input_tokens_details: { cached_tokens: 2 }, output_tokens: 3, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 16 })
+    const again = await client.responses.retrieve(done.id)
+    expect(again.output_text).toBe('Hello!')
+    expect(again.id).toBe(events[0].response.id)
+  })
+
+  it('blocking mode answers the ended response; previous_response_id continues the same session', async () => {
+    const c = await conversation({ text: ['one'] }, { text: ['two'] })
+    const r1 = await client.responses.create({ model: t.models.ref(), conversation: c.id, input: 'first' })
+    expect(r1.status).toBe('completed')
+    expect(r1.output_text).toBe('one')
+    expect(r1.previous_response_id).toBeNull()
+    const r2 = await client.responses.create({ model: t.models.ref(), previous_response_id: r1.id, input: 'second' })
+    expect(r2.output_text).toBe('two')
+    expect(r2.previous_response_id).toBe(r1.id)
+    expect(r2.conversation).toEqual({ id: c.id })
+    // the model saw the whole history: agentd keeps it
+    const req = t.models.requestsOf(c.id)[1]
+    expect(req.context.messages.map((m: any) => m.role)).toEqual(['user', 'assistant', 'user'])
+  })
+
+  it('a background response answers at once and is polled to completion', async () => {
+    const c = await conversation({ text: ['bg done'], delayMs: 150 })
+    const r = await client.responses.create({ model: t.models.ref(), conversation: c.id, input: 'go', background: true })
+    expect(['queued', 'in_progress']).toContain(r.status)
+    expect(r.background).toBe(true)
+    let got = r
+    for (let i = 0; i < 200 && got.status !== 'completed'; i++) {
+      await new Promise((res) => setTimeout(res, 25))
+      got = await client.responses.retrieve(r.id)
+    }
+    expect(got.status).toBe('completed')
+    expect(got.output_text).toBe('bg done')
+    expect(got.background).toBe(true)
+  })
+
+  it('previous_response_id naming an older response forks the session at its end', async () => {
+    const c = await conversation({ text: ['A'] }, { text: ['B'] })
+    const r1 = await client.responses.create({ model: t.models.ref(), conversation: c.id, input: 'a' })
+    await client.responses.create({ model: t.models.ref(), conversation: c.id, input: 'b' })
+    // the child session's model call: scripted by fallback (its id is new)
+    const forked = client.responses.create({ model: t.models.ref(), previous_response_id: r1.id, input: 'c' })
+    const sessions = (await t.api('GET', '/v1/sessions?limit=200')).body.sessions
+    void sessions
+    const r3 = await forked
+    expect(r3.conversation!.id).not.toBe(c.id)
+    expect(r3.previous_response_id).toBe(r1.id.replace(Buffer.from(c.id).toString('base64url'), Buffer.from(r3.conversation!.id).toString('base64url')))
+    const child = r3.conversation!.id
+    const reqs = t.models.requestsOf(child)
+    expect(reqs).toHaveLength(1)
+    expect(reqs[0].context.messages.map((m: any) => m.role)).toEqual(['user', 'assistant', 'user'])
+  })
+})
