@@ -29,6 +29,7 @@ import { collectRoutes, type RouteDoc } from './openapi.js'
 import { httpTracing } from '../tracing/index.js'
 import { responsesRoutes } from '../protocols/responses-routes.js'
 import { uiRoutes } from '../protocols/ui/routes.js'
+import { agUiRoutes } from '../protocols/ag-ui-routes.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
 const MAX_PARAM_LENGTH = 1000
@@ -90,6 +91,7 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       // API.md §17: the client protocols
       await v1.register(responsesRoutes, deps)
       await v1.register(uiRoutes, deps)
+      await v1.register(agUiRoutes, deps)
     }, { prefix: '/v1' })
   }
   return app

@@ -28,7 +28,7 @@ const isObj = (v: unknown): v is Record<string, any> => typeof v === 'object' &&
  * The session a chat id names: created from the agent on first use (when `create`); a session of
  * another agent is 409 session-conflict; one the credential does not reach looks missing (API.md §18).
  */
-async function chatSession(deps: HttpDeps, p: Principal, agentId: string, id: string, create: boolean): Promise<SessionRow | null> {
+export async function chatSession(deps: HttpDeps, p: Principal, agentId: string, id: string, create: boolean): Promise<SessionRow | null> {
   const row = await getSession(deps.db, p.tenantId, id)
   if (row) {
     if (p.grant && !reaches(p.grant, row)) throw sessionNotFound(id)
