@@ -19,8 +19,9 @@ import { benchMemory } from './memory.js'
 import { benchBudget } from './budget.js'
 import { benchTokens } from './tokens.js'
 import { benchTracing } from './tracing.js'
+import { benchResponses } from './responses.js'
 
-const MEASUREMENTS = ['turn', 'throughput', 'growth', 'fanout', 'memory', 'budget', 'agents', 'tokens', 'tracing'] as const
+const MEASUREMENTS = ['turn', 'throughput', 'growth', 'fanout', 'memory', 'budget', 'agents', 'tokens', 'tracing', 'responses'] as const
 type Measurement = (typeof MEASUREMENTS)[number]
 
 const TITLES: Record<Measurement, string> = {
@@ -33,6 +34,7 @@ const TITLES: Record<Measurement, string> = {
   agents: '7. Sessions from agents (a new session and its first turn, and turns, from an agent / inline with the same settings; "floor" = inline)',
   tokens: '8. Credentials (turn overhead driven with a token / with the tenant key; "floor" = the key)',
   tracing: '9. Tracing (server CPU per turn with OpenTelemetry traces exported / off; "floor" = off)',
+  responses: '10. OpenAI Responses (turn overhead and streamed events per second through /v1/responses / the native API; "floor" = native)',
 }
 
 function parseArgs(argv: string[]) {
@@ -76,7 +78,7 @@ function parseArgs(argv: string[]) {
     } else if (a === '--peers') o.peers = true
     else if (a.startsWith('--cpu-prof')) o.cpuProf = path.resolve(val())
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget,agents,tokens,tracing] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]\n')
+      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget,agents,tokens,tracing,responses] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]\n')
       process.exit(0)
     } else throw new Error(`unknown argument ${a}`)
   }
@@ -126,6 +128,7 @@ async function main(): Promise<void> {
           else if (m === 'agents') r = await benchAgents(kind, q ? { sessions: 10, turns: 20, warmup: 3 } : { sessions: 100, turns: 200, warmup: 10 }, cp)
           else if (m === 'tokens') r = await benchTokens(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
           else if (m === 'tracing') r = await benchTracing(kind, q ? { turns: 40, warmup: 10 } : { turns: 400, warmup: 40 }, cp)
+          else if (m === 'responses') r = await benchResponses(kind, q ? { turns: 20, warmup: 5, chunks: 500, streams: 3 } : { turns: 200, warmup: 20, chunks: 2000, streams: 5 })
           else r = await benchMemory(kind, q ? { sessions: 200, connections: 100, settleMs: 300 } : { sessions: 10000, connections: 1000, settleMs: 2000 })
         } catch (e) {
           process.stdout.write(`   ${m} on ${kind} failed: ${(e as Error)?.stack ?? e}\n`)

@@ -8,13 +8,13 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, badRequest } from '../errors.js'
 import { bodyHash, idempotencyMessageId, type SettingsInput } from '../agent/index.js'
 import { canonicalJson, normalizeContent, toUserMessage, type ContentBlock, type JsonObject, type UserMessage } from '../session/index.js'
-import { deleteSession, getSession, listPending, readEvents, type SessionRow } from '../store/index.js'
+import { deleteSession, getSession, listPending, type SessionRow } from '../store/index.js'
 import type { HttpDeps } from '../http/deps.js'
-import type { Subscription } from '../http/feed.js'
+import { batch, type Subscription } from '../http/feed.js'
 import { changeSession } from '../http/sessions.js'
 import { inputItems, parseResponseId, ResponseProjector, responseId, sseText, toResponse } from './responses.js'
-import { foldSpans, kindsOf, SpanFold } from './span.js'
-import { followSession, waitForSpan } from './source.js'
+import { kindsOf, SpanFold } from './span.js'
+import { followSession, SpanFolds } from './source.js'
 import type { Span } from './items.js'
 import { OpenBody } from '../http/schemas.js'
 
@@ -147,15 +147,12 @@ async function differing(deps: HttpDeps, row: SessionRow, s: SettingsInput): Pro
   return out
 }
 
-async function foldOf(deps: HttpDeps, row: SessionRow): Promise<SpanFold> {
-  return foldSpans(await readEvents(deps.db, row.key), { toolKind: kindsOf(row.tools as never) })
-}
 
 /** The session and span a response id names, of the caller's tenant (another tenant's: not found). */
-async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string): Promise<{ row: SessionRow; spanId: string }> {
+async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string, inbox = false): Promise<{ row: SessionRow; spanId: string }> {
   const p = parseResponseId(id)
   if (!p) throw notFound(`response ${id}`)
-  const row = await getSession(deps.db, req.principal!.tenantId, p.sessionId)
+  const row = await getSession(deps.db, req.principal!.tenantId, p.sessionId, { inbox })
   if (!row) throw notFound(`response ${id}`)
   return { row, spanId: p.spanId }
 }
@@ -164,6 +161,9 @@ const json = (reply: FastifyReply, code: number, o: unknown) => reply.code(code)
 
 export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
   const streams = new Set<Subscription>()
+  // the folds of recently used sessions, caught up on use (source.ts)
+  const folds = new SpanFolds(deps)
+  const foldOf = (_deps: HttpDeps, row: SessionRow) => folds.current(row)
   app.addHook('preClose', async () => {
     for (const s of [...streams]) s.close()
   })
@@ -183,26 +183,37 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     req.session = row
     const proj = new ResponseProjector(row.id, spanId)
     let finished = false
+    // frames of one event-loop turn leave together, as the native stream's do (http/feed.ts batch)
+    let pending = ''
+    const flush = () => {
+      if (!pending || res.writableEnded) return
+      const text = pending
+      pending = ''
+      res.write(text)
+    }
+    const write = (text: string) => {
+      if (!pending) batch.add(flush)
+      pending += text
+    }
     const fold = new SpanFold({
       toolKind: kindsOf(row.tools as never),
       onOp: (op) => {
         if (finished) return
-        let text = ''
-        for (const e of proj.op(op)) if (e.sequence > after) text += sseText(e)
-        if (text) res.write(text)
+        for (const e of proj.op(op)) if (e.sequence > after) write(sseText(e))
         if (proj.done) {
           finished = true
-          res.write('data: [DONE]\n\n')
+          write('data: [DONE]\n\n')
           sub.close()
         }
       },
     })
     const sub = followSession(deps, req, -1, { event: (e) => fold.event(e), frame: (f) => fold.frame(f.event, f.data) }, {
-      buffered: () => res.writableLength,
+      buffered: () => res.writableLength + pending.length,
       ping: () => {
         if (!res.writableEnded) res.write(': ping\n\n')
       },
       end: (reason) => {
+        flush()
         if (reason === 'slow-consumer' && !res.writableEnded) res.write(`event: error\ndata: ${JSON.stringify({ type: 'error', code: 'slow-consumer', message: 'the client did not read fast enough; resume with starting_after', param: null })}\n\n`)
         res.end()
       },
@@ -220,7 +231,7 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     return toResponse(row.id, span)
   }
 
-  const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => waitForSpan(deps, row.key, spanId, { toolKind: kindsOf(row.tools as never), signal })
+  const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => folds.until(row, spanId, signal)
 
   app.post('/responses', { config: { createsSession: true }, schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
     const b = (req.body ?? {}) as Record<string, unknown>
@@ -244,10 +255,11 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     if (conv !== undefined) {
       const id = typeof conv === 'string' ? conv : typeof conv?.id === 'string' ? conv.id : undefined
       if (!id) throw bad('conversation must be an id or {id}', 'conversation')
-      row = await getSession(deps.db, tenantId, id)
+      // with its pending input, for the delivery to plan on (as the native routes' authentication reads it)
+      row = await getSession(deps.db, tenantId, id, { inbox: true })
       if (!row) throw notFound(`conversation ${id}`)
     } else if (typeof b.previous_response_id === 'string') {
-      const found = await findResponse(deps, req, b.previous_response_id)
+      const found = await findResponse(deps, req, b.previous_response_id, true)
       row = found.row
       const fold = await foldOf(deps, row)
       const span = fold.get(found.spanId)
@@ -273,7 +285,10 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
     // the session: created, forked, or changed as a PATCH would
     if (!row) {
-      const created = await deps.sessions.create(tenantId, { ...(agent !== undefined ? { agent } : {}), ...settings } as never, req.principal!.grant?.subject ?? null)
+      // an Idempotency-Key names the new session too (`conv-` + the message id it derives), so a repeated
+      // create finds the session it made and the delivery there answers the original response
+      const id = header !== undefined ? { id: `conv-${idempotencyMessageId(String(header))}` } : {}
+      const created = await deps.sessions.create(tenantId, { ...id, ...(agent !== undefined ? { agent } : {}), ...settings } as never, req.principal!.grant?.subject ?? null)
       row = created.row
     } else {
       if (forkAt !== undefined) row = await deps.sessions.fork(row, forkAt)

@@ -13,7 +13,8 @@ import type { FeedEvent, LiveFrame } from '../bus/index.js'
 import type { HttpDeps } from '../http/deps.js'
 import { subscribe, type Subscription, type Transport } from '../http/feed.js'
 import type { SessionEvent } from '../session/index.js'
-import { SpanFold, type SpanFoldOptions } from './span.js'
+import { readEvents } from '../store/index.js'
+import { kindsOf, SpanFold, type SpanFoldOptions, type ToolSpecLike } from './span.js'
 
 /** What a follower of a session gets, in order. */
 export interface SessionSink {
@@ -90,36 +91,81 @@ export function watchSession(deps: Pick<HttpDeps, 'feeds' | 'snapshot'>, key: st
 }
 
 /**
- * Resolves with the fold once span `id` has ended (or `until` says enough), following the session from
- * its start in any process; rejects when `signal` aborts or the feed fails. The fold is also what the
- * caller answers from.
+ * Resolves with the fold once span `id` has ended (or `until` says enough), following the session in
+ * any process; rejects when `signal` aborts or the feed fails. Without `fold` it folds the session from
+ * its start; with one (caught up to some seq, e.g. from SpanFolds) it goes on from that fold's head.
  */
-export function waitForSpan(deps: Pick<HttpDeps, 'feeds' | 'snapshot'>, key: string, id: string, opts: Omit<SpanFoldOptions, 'onOp'> & { signal?: AbortSignal; until?: (fold: SpanFold) => boolean }): Promise<SpanFold> {
+export function waitForSpan(deps: Pick<HttpDeps, 'feeds' | 'snapshot'>, key: string, id: string, opts: Omit<SpanFoldOptions, 'onOp'> & { signal?: AbortSignal; until?: (fold: SpanFold) => boolean; fold?: SpanFold }): Promise<SpanFold> {
   return new Promise((resolve, reject) => {
-    const fold = new SpanFold(opts)
+    const fold = opts.fold ?? new SpanFold(opts)
     let done = false
+    let w: { start(): Promise<void>; close(): void } | undefined
     const finish = (err?: Error) => {
       if (done) return
       done = true
-      w.close()
+      w?.close()
       opts.signal?.removeEventListener('abort', onAbort)
       if (err) reject(err)
       else resolve(fold)
     }
-    const check = () => {
-      if (fold.get(id)?.ended || opts.until?.(fold)) finish()
-    }
+    const ended = () => fold.get(id)?.ended === true || opts.until?.(fold) === true
     const onAbort = () => finish(new Error('aborted'))
-    const w = watchSession(deps, key, -1, {
+    if (ended()) return finish()
+    if (opts.signal?.aborted) return finish(new Error('aborted'))
+    w = watchSession(deps, key, fold.head, {
       event: (e) => {
         fold.event(e)
-        check()
+        if (ended()) finish()
       },
       frame: (f) => fold.frame(f.event, f.data),
       fail: (e) => finish(e),
     })
-    if (opts.signal?.aborted) return finish(new Error('aborted'))
     opts.signal?.addEventListener('abort', onAbort, { once: true })
-    void w.start().then(check, (e: Error) => finish(e))
+    void w.start().then(() => {
+      if (ended()) finish()
+    }, (e: Error) => finish(e))
   })
 }
+
+/**
+ * The span folds of recently used sessions in this process, each caught up with the log on use: a
+ * request reads only the events committed since the last one instead of the whole log. A fold is a pure
+ * function of the events fed in order, so sharing one is safe; a session whose tool settings changed
+ * (the fold's toolKind) gets a fresh one. Streams keep their own folds: they need every op from the start.
+ */
+export class SpanFolds {
+  private readonly folds = new Map<string, { fold: SpanFold; sig: string }>()
+
+  constructor(private readonly deps: Pick<HttpDeps, 'db' | 'feeds' | 'snapshot'>, private readonly max = 256) {}
+
+  private entry(row: { key: string; tools: readonly unknown[] }): SpanFold {
+    const sig = JSON.stringify(row.tools)
+    let e = this.folds.get(row.key)
+    if (e && e.sig !== sig) e = undefined
+    if (e) this.folds.delete(row.key)
+    else e = { fold: new SpanFold({ toolKind: kindsOf(row.tools as ToolSpecLike[]) }), sig }
+    // most recently used last; the least recently used goes first
+    this.folds.set(row.key, e)
+    if (this.folds.size > this.max) this.folds.delete(this.folds.keys().next().value!)
+    return e.fold
+  }
+
+  /** The session's fold, caught up with every event committed when it is read. */
+  async current(row: { key: string; tools: readonly unknown[] }): Promise<SpanFold> {
+    const fold = this.entry(row)
+    for (;;) {
+      const events = await readEvents(this.deps.db, row.key, fold.head, PAGE)
+      for (const e of events) fold.event(e)
+      if (events.length < PAGE) return fold
+    }
+  }
+
+  /** Resolves with the session's fold once span `id` has ended, followed in any process (waitForSpan). */
+  async until(row: { key: string; tools: readonly unknown[] }, id: string, signal?: AbortSignal): Promise<SpanFold> {
+    // the subscription reads what the fold lacks itself (from its head): no separate catch-up read
+    const fold = this.entry(row)
+    return waitForSpan(this.deps, row.key, id, { toolKind: kindsOf(row.tools as ToolSpecLike[]), signal, fold })
+  }
+}
+
+const PAGE = 2000

@@ -102,4 +102,63 @@ describe.each(DB_KINDS)('OpenAI Responses on %s', (kind) => {
     expect(reqs).toHaveLength(1)
     expect(reqs[0].context.messages.map((m: any) => m.role)).toEqual(['user', 'assistant', 'user'])
   })
+
+  it('model agent:<id> creates the session from the agent; settings that differ change it as a PATCH; another agent is 400', async () => {
+    expect((await t.api('POST', '/v1/agents', { id: 'echo-bot', name: 'Echo', model: 'faux/echo', system: 'be brief' })).status).toBe(201)
+    const stream = await client.responses.create({ model: 'agent:echo-bot', input: 'hi there', stream: true })
+    let done: any
+    for await (const e of stream) if (e.type === 'response.completed') done = e.response
+    expect(done.output_text ?? done.output[0].content[0].text).toBe('echo: hi there')
+    expect(done.model).toBe('faux/echo')
+    expect(done.instructions).toBe('be brief')
+    const sid = done.conversation.id
+    const session = (await t.api('GET', `/v1/sessions/${sid}`)).body
+    expect(session.agent).toEqual({ id: 'echo-bot', version: 1 })
+    // the same settings again change nothing; new instructions change the session's system text
+    const same = await client.responses.create({ model: 'agent:echo-bot', previous_response_id: done.id, input: 'again' })
+    expect(same.output_text).toBe('echo: again')
+    expect((await t.api('GET', `/v1/sessions/${sid}`)).body.settings.system).toBe('be brief')
+    const changed = await client.responses.create({ model: 'agent:echo-bot', previous_response_id: same.id, input: 'third', instructions: 'be verbose', max_output_tokens: 77 })
+    expect(changed.instructions).toBe('be verbose')
+    const after = (await t.api('GET', `/v1/sessions/${sid}`)).body.settings
+    expect([after.system, after.maxTokens]).toEqual(['be verbose', 77])
+    const other = await client.responses.create({ model: 'agent:someone-else', previous_response_id: changed.id, input: 'x' }).catch((e) => e)
+    expect(other).toBeInstanceOf(OpenAI.BadRequestError)
+    expect(other.error.param).toBe('model')
+  })
+
+  it('conversations: created from an agent, continued by conversation, listed as items, deleted', async () => {
+    expect((await t.api('POST', '/v1/agents', { id: 'echo-2', name: 'Echo', model: 'faux/echo' })).status).toBe(201)
+    const conv = await client.conversations.create({ metadata: { agent: 'echo-2', topic: 'tests' } })
+    expect(conv).toEqual({ id: expect.any(String), object: 'conversation', created_at: expect.any(Number), metadata: { agent: 'echo-2', topic: 'tests' } })
+    expect((await t.api('GET', `/v1/sessions/${conv.id}`)).body.agent).toEqual({ id: 'echo-2', version: 1 })
+    const r1 = await client.responses.create({ model: 'agent:echo-2', conversation: conv.id, input: 'one' })
+    const r2 = await client.responses.create({ model: 'agent:echo-2', conversation: { id: conv.id }, input: 'two' })
+    expect(r2.previous_response_id).toBe(r1.id)
+    expect([r1.output_text, r2.output_text]).toEqual(['echo: one', 'echo: two'])
+    const items = await client.conversations.items.list(conv.id, { order: 'asc' })
+    expect(items.data.map((i: any) => [i.type, i.role, i.content[0].text])).toEqual([
+      ['message', 'user', 'one'],
+      ['message', 'assistant', 'echo: one'],
+      ['message', 'user', 'two'],
+      ['message', 'assistant', 'echo: two'],
+    ])
+    expect((await client.conversations.retrieve(conv.id)).id).toBe(conv.id)
+    expect(await client.conversations.delete(conv.id)).toEqual({ id: conv.id, object: 'conversation.deleted', deleted: true })
+    expect(await client.conversations.retrieve(conv.id).catch((e) => e)).toBeInstanceOf(OpenAI.NotFoundError)
+    expect((await t.api('GET', `/v1/sessions/${conv.id}`)).status).toBe(404)
+  })
+
+  it('an Idempotency-Key makes a create safe to repeat: the same response, one session, one input', async () => {
+    expect((await t.api('POST', '/v1/agents', { id: 'echo-3', name: 'Echo', model: 'faux/echo' })).status).toBe(201)
+    const key = `k-${Date.now()}`
+    const a = await client.responses.create({ model: 'agent:echo-3', input: 'once' }, { headers: { 'Idempotency-Key': key } })
+    const b = await client.responses.create({ model: 'agent:echo-3', input: 'once' }, { headers: { 'Idempotency-Key': key } })
+    expect(b.id).toBe(a.id)
+    expect(b.output_text).toBe('echo: once')
+    const log = await t.events(a.conversation!.id)
+    expect(log.filter((e) => e.type === 'user/message')).toHaveLength(1)
+    const other = await client.responses.create({ model: 'agent:echo-3', input: 'another body' }, { headers: { 'Idempotency-Key': key } }).catch((e) => e)
+    expect(other).toBeInstanceOf(OpenAI.ConflictError)
+  })
 })
