@@ -142,7 +142,7 @@ export async function agUiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<
     return s.start()
   }
 
-  app.post('/ag-ui/:agentId', { config: facts, schema: { operationId: 'agUiRun', summary: 'AG-UI: run the agent (RunAgentInput), the run as SSE events', tags: ['protocols'], params: AgentParams, body: RunBody, response: { ...err } } }, async (req, reply) => {
+  app.post('/ag-ui/:agentId', { config: { ...facts, eventStream: true }, schema: { operationId: 'agUiRun', summary: 'AG-UI: run the agent (RunAgentInput), the run as SSE events', tags: ['protocols'], params: AgentParams, body: RunBody, response: { ...err } } }, async (req, reply) => {
     const { agentId } = req.params as { agentId: string }
     const input = readInput(req.body)
     const lastEventId = req.headers['last-event-id']
@@ -194,7 +194,7 @@ export async function agUiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<
     return stream(req, reply, row, input.threadId, input.runId, spanId, after)
   })
 
-  app.post('/ag-ui/:agentId/connect', { config: facts, schema: { operationId: 'agUiConnect', summary: 'AG-UI: the thread history, then its open run live', tags: ['protocols'], params: AgentParams, body: RunBody, response: { ...err } } }, async (req, reply) => {
+  app.post('/ag-ui/:agentId/connect', { config: { ...facts, eventStream: true }, schema: { operationId: 'agUiConnect', summary: 'AG-UI: the thread history, then its open run live', tags: ['protocols'], params: AgentParams, body: RunBody, response: { ...err } } }, async (req, reply) => {
     const { agentId } = req.params as { agentId: string }
     const body = req.body as Record<string, unknown>
     if (typeof body.threadId !== 'string' || !body.threadId) throw bad('threadId must be a non-empty string (the session id)', 'body.threadId')
@@ -207,7 +207,7 @@ export async function agUiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<
     return stream(req, reply, row, row.id, runId, open?.id ?? null, -1, [snapshot])
   })
 
-  app.get('/ag-ui/:agentId/capabilities', { config: facts, schema: { operationId: 'agUiCapabilities', summary: 'AG-UI: what this server supports', tags: ['protocols'], params: AgentParams, response: { ...err } } }, async (req, reply) => {
+  app.get('/ag-ui/:agentId/capabilities', { config: facts, schema: { operationId: 'agUiCapabilities', summary: 'AG-UI: what this server supports', tags: ['protocols'], params: AgentParams, response: { 200: { type: 'object', additionalProperties: true }, ...err } } }, async (req, reply) => {
     const { agentId } = req.params as { agentId: string }
     const agent = await deps.agents.get(req.principal!.tenantId, agentId).catch(() => undefined)
     if (!agent) throw new ApiError('not-found', `agent ${agentId} not found`)

@@ -22,6 +22,7 @@ const AgentParams = { type: 'object', properties: { agentId: { type: 'string' } 
 const ChatParams = { type: 'object', properties: { agentId: { type: 'string' }, id: { type: 'string' } }, required: ['agentId', 'id'] } as const
 const ChatBody = { type: 'object', description: 'what DefaultChatTransport sends: {id, messages, trigger, messageId?} and the body the page adds', additionalProperties: true } as const
 
+const UiMessages = { type: 'object', properties: { messages: { type: 'array', items: { type: 'object', additionalProperties: true, properties: { id: { type: 'string' }, role: { type: 'string' }, parts: { type: 'array', items: { type: 'object', additionalProperties: true } } } } } }, required: ['messages'] } as const
 const isObj = (v: unknown): v is Record<string, any> => typeof v === 'object' && v !== null && !Array.isArray(v)
 
 /**
@@ -191,13 +192,13 @@ export async function uiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<vo
     for (const stop of [...live]) stop()
   })
 
-  app.post('/ui/:agentId/chat', { config: facts, schema: { operationId: 'uiChat', summary: 'AI SDK chat: send a message or tool answers, get the UI message stream', tags: ['protocols'], params: AgentParams, body: ChatBody, response: { ...err } } }, async (req, reply) => {
+  app.post('/ui/:agentId/chat', { config: { ...facts, eventStream: true }, schema: { operationId: 'uiChat', summary: 'AI SDK chat: send a message or tool answers, get the UI message stream', tags: ['protocols'], params: AgentParams, body: ChatBody, response: { ...err } } }, async (req, reply) => {
     const { agentId } = req.params as { agentId: string }
     const { row, selection } = await admit(deps, req.principal!, agentId, req.body, 'body')
     await sseStream(live, req, reply, (emit, end) => openUiStream(deps, row, selection, emit, end))
   })
 
-  app.get('/ui/:agentId/chat/:id/stream', { config: { ...facts, queryToken: true, unlimited: true }, schema: { operationId: 'uiChatStream', summary: 'AI SDK chat: resume the open turn (204 when none)', tags: ['protocols'], params: ChatParams, response: { ...err } } }, async (req, reply) => {
+  app.get('/ui/:agentId/chat/:id/stream', { config: { ...facts, queryToken: true, unlimited: true, eventStream: true }, schema: { operationId: 'uiChatStream', summary: 'AI SDK chat: resume the open turn (204 when none)', tags: ['protocols'], params: ChatParams, response: { 204: { type: 'null', description: 'no turn runs, or the turn waits' }, ...err } } }, async (req, reply) => {
     const { agentId, id } = req.params as { agentId: string; id: string }
     const row = await chatSession(deps, req.principal!, agentId, id, false)
     if (!row) return reply.code(204).send()
@@ -212,7 +213,7 @@ export async function uiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<vo
     return reply.code(202).type('application/json').send(JSON.stringify(r))
   })
 
-  app.get('/ui/:agentId/chat/:id/messages', { config: facts, schema: { operationId: 'uiChatMessages', summary: "AI SDK chat: the history as UIMessages (useChat's initial messages)", tags: ['protocols'], params: ChatParams, response: { ...err } } }, async (req, reply) => {
+  app.get('/ui/:agentId/chat/:id/messages', { config: facts, schema: { operationId: 'uiChatMessages', summary: "AI SDK chat: the history as UIMessages (useChat's initial messages)", tags: ['protocols'], params: ChatParams, response: { 200: UiMessages, ...err } } }, async (req, reply) => {
     const { agentId, id } = req.params as { agentId: string; id: string }
     const row = await chatSession(deps, req.principal!, agentId, id, false)
     if (!row) throw sessionNotFound(id)
