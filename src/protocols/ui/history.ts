@@ -1,10 +1,12 @@
 // `GET /v1/ui/:agentId/chat/:id/messages` (API.md §17.2): the session's history as `UIMessage`s, for
-// useChat's initial `messages`. It is the same fold the stream uses (render.ts), its parts reduced to
-// messages the way the AI SDK's client reduces a stream: each turn is one assistant message whose id
-// the turn's stream starts with, so a page that loads the history and then resumes the open turn
-// replaces that message instead of adding a second one.
+// useChat's initial `messages`: the span fold's ops through the same renderer the stream uses, reduced
+// to messages the way the AI SDK's client reduces a stream. Each turn is one assistant message with the
+// id its stream starts with, so a page that loads the history and then resumes the open turn replaces
+// that message instead of adding a second one.
 
-import { turnMessageId, UiRenderer, userParts, type LogEvent, type UiChunk } from './render.js'
+import type { SessionEvent } from '../../session/index.js'
+import { kindsOf, SpanFold } from '../span.js'
+import { endParts, serverRun, uiMessageId, UiRenderer, userParts, type UiChunk } from './render.js'
 
 export interface UIMessage {
   id: string
@@ -12,7 +14,7 @@ export interface UIMessage {
   parts: Array<Record<string, unknown>>
 }
 
-/** Folds content parts into the parts of one assistant message. */
+/** Folds content parts into the parts of one assistant message, as the AI SDK's client does. */
 export class PartsReducer {
   readonly parts: Array<Record<string, any>> = []
   private readonly text = new Map<string, Record<string, any>>()
@@ -43,13 +45,9 @@ export class PartsReducer {
         if (p) p.state = 'done'
         return
       }
-      case 'tool-input-start': {
-        const p: Record<string, any> = { type: 'dynamic-tool', toolName: c.toolName, toolCallId: c.toolCallId, state: 'input-streaming', input: undefined }
-        if (c.providerExecuted) p.providerExecuted = true
-        this.tools.set(c.toolCallId as string, p)
-        this.parts.push(p)
+      case 'tool-input-start':
+        this.tool(c)
         return
-      }
       case 'tool-input-available': {
         const p = this.tool(c)
         p.state = 'input-available'
@@ -71,17 +69,14 @@ export class PartsReducer {
         }
         return
       }
-      case 'tool-output-available': {
-        const p = this.tools.get(c.toolCallId as string)
-        if (p) {
-          p.state = 'output-available'
-          p.output = c.output
-        }
-        return
-      }
+      case 'tool-output-available':
       case 'tool-output-error': {
         const p = this.tools.get(c.toolCallId as string)
-        if (p) {
+        if (!p) return
+        if (c.type === 'tool-output-available') {
+          p.state = 'output-available'
+          p.output = c.output
+        } else {
           p.state = 'output-error'
           p.errorText = c.errorText
         }
@@ -106,37 +101,47 @@ export class PartsReducer {
 }
 
 /**
- * The history of a log (its events in seq order, plus the chunks of the attempt in flight): user
+ * The history of a log (its events in seq order, then the snapshot of the attempt in flight): user
  * messages as they were admitted, each turn as one assistant message; a turn that waits on an approval
- * shows it as `approval-requested` (`approvals` lists the calls that wait for one).
+ * shows it `approval-requested`.
  */
-export function uiHistory(events: readonly LogEvent[], serverTool: (name: string) => boolean, live: { snapshot?: { event: string; data: unknown } } = {}, approvals: readonly string[] = []): UIMessage[] {
+export function uiHistory(events: readonly SessionEvent[], tools: unknown, snapshot?: { event: string; data: unknown }): UIMessage[] {
   const messages: UIMessage[] = []
-  let current: { message: UIMessage; reducer: PartsReducer } | null = null
-  const r = new UiRenderer(serverTool, {
-    turnStart(turn) {
-      current = null
-      void turn
-    },
-    userMessage(_turn, m) {
-      // the turn's first step opened before its input was logged: the input goes before its answer
+  const byRoot = new Map<string, { message: UIMessage; reducer: PartsReducer }>()
+  const assistant = (root: string) => {
+    let a = byRoot.get(root)
+    if (!a) {
+      a = { message: { id: uiMessageId(root), role: 'assistant', parts: [] }, reducer: new PartsReducer() }
+      byRoot.set(root, a)
+      messages.push(a.message)
+    }
+    return a
+  }
+  const r = new UiRenderer({
+    userMessage(root, m) {
+      // the turn's first step may be announced before its input: the input goes before the answer
       const user: UIMessage = { id: m.id, role: 'user', parts: userParts(m.content) }
-      const at = current ? messages.indexOf((current as { message: UIMessage }).message) : -1
+      const a = byRoot.get(root)
+      const at = a ? messages.indexOf(a.message) : -1
       if (at >= 0) messages.splice(at, 0, user)
       else messages.push(user)
     },
-    content(turn, chunk) {
-      if (!current) {
-        current = { message: { id: turnMessageId(turn), role: 'assistant', parts: [] }, reducer: new PartsReducer() }
-        messages.push(current.message)
-      }
-      current.reducer.add(chunk)
-      current.message.parts = current.reducer.parts
+    content(root, chunk) {
+      const a = assistant(root)
+      a.reducer.add(chunk)
+      a.message.parts = a.reducer.parts
     },
-  })
-  for (const e of events) r.durable(e)
-  if (live.snapshot) r.live(live.snapshot)
-  const c = current as { message: UIMessage; reducer: PartsReducer } | null
-  if (c && r.turnOpen) for (const callId of approvals) c.reducer.add({ type: 'tool-approval-request', approvalId: callId, toolCallId: callId })
+    spanEnd(root, span) {
+      // a wait on an approval shows on the tool part
+      for (const c of endParts(span)) if (c.type === 'tool-approval-request') assistant(root).reducer.add(c)
+    },
+  }, serverRun(tools))
+  const fold = new SpanFold({ toolKind: kindsOf(tools as never), onOp: (op) => r.op(op) })
+  for (const e of events) {
+    fold.event(e)
+    const span = e.type === 'step/start' ? fold.open : undefined
+    if (span && span.status === 'in_progress') r.step(span)
+  }
+  if (snapshot) fold.frame(snapshot.event, snapshot.data)
   return messages
 }

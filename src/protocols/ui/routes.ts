@@ -8,14 +8,15 @@ import type { WebSocket } from 'ws'
 import { ApiError, badRequest, sessionNotFound } from '../../errors.js'
 import { bodyHash, toUserMessage, normalizeContent } from '../../agent/index.js'
 import { getSession, listPending, readEvents, type Principal, type SessionRow } from '../../store/index.js'
+import type { Subscription } from '../../http/feed.js'
+import { foldSpans, kindsOf, SpanFold } from '../span.js'
 import type { HttpDeps } from '../../http/deps.js'
 import { reaches } from '../../http/auth.js'
 import { toApiError } from '../../http/errors.js'
-import { PING_MS } from '../../http/feed.js'
 import * as S from '../../http/schemas.js'
 import { uiHistory } from './history.js'
 import type { UiChunk } from './render.js'
-import { openUiStream, serverTools, type Selection, type UiStreamHandle } from './stream.js'
+import { openUiStream, type Selection, type UiStreamHandle } from './stream.js'
 
 const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 const AgentParams = { type: 'object', properties: { agentId: { type: 'string' } }, required: ['agentId'] } as const
@@ -99,8 +100,9 @@ async function admit(deps: HttpDeps, p: Principal, agentId: string, body: unknow
     const content = userContent(last.parts, at)
     const message = toUserMessage({ content: content as never }, { kind: 'user' }, last.id)
     const row = (await chatSession(deps, p, agentId, chat.id, true))!
-    await deps.intake.deliver(row, 'followup', message, { bodyHash: bodyHash('followup', { content }) })
-    return { row, selection: { kind: 'message', messageId: last.id } }
+    // the delivery names the span it opens; a resend answers the original delivery, so the same span
+    const accepted = await deps.intake.deliver(row, 'followup', message, { bodyHash: bodyHash('followup', { content }) })
+    return { row, selection: { kind: 'span', spanId: SpanFold.inputId(accepted.seq) } }
   }
   if (last.role !== 'assistant') throw badRequest(`${at}: the last message must be a user message or the assistant message with tool answers`, [{ path: `${at}.role`, message: 'must be user or assistant' }])
   const row = await chatSession(deps, p, agentId, chat.id, false)
@@ -126,12 +128,15 @@ async function admit(deps: HttpDeps, p: Principal, agentId: string, body: unknow
     }
   })
   if (!answers.length) throw badRequest(`${at}: nothing new to send: no new user message, and no tool output or approval response for a pending call`, [{ path: at, message: 'has no answer to a pending call' }])
+  // the answer opens the next span of the waiting turn, named after the wait
+  const waiting = foldSpans(await readEvents(deps.db, row.key), { toolKind: kindsOf(row.tools as never) }).waiting
+  if (!waiting) throw badRequest(`${at}: the session waits on nothing`, [{ path: at, message: 'no wait to answer' }])
   for (const a of answers) await deps.intake.answer(row, a.callId, a.kind, a.answer)
-  return { row, selection: { kind: 'answer', callIds: answers.map((a) => a.callId) } }
+  return { row, selection: { kind: 'span', spanId: SpanFold.answerId(waiting.seq) } }
 }
 
 /** Writes a UI message stream as Server-Sent Events (API.md §17.2) until it ends or the client leaves. */
-function sseStream(live: Set<() => void>, req: FastifyRequest, reply: FastifyReply, open: (emit: (c: UiChunk) => void, end: (e?: Error) => void) => UiStreamHandle, open204 = false): Promise<void> {
+function sseStream(live: Set<() => void>, req: FastifyRequest, reply: FastifyReply, open: (conn: { buffered(): number; ping(): void }, emit: (c: UiChunk) => void, end: (e?: string) => void) => UiStreamHandle, open204 = false): Promise<void> {
   return new Promise<void>((resolve) => {
     let res: FastifyReply['raw'] | null = null
     const pending: string[] = []
@@ -140,18 +145,18 @@ function sseStream(live: Set<() => void>, req: FastifyRequest, reply: FastifyRep
         if (!res.writableEnded) res.write(text)
       } else pending.push(text)
     }
-    let ping: NodeJS.Timeout | undefined
     let ended = false
     const finish = () => {
-      clearInterval(ping)
       if (res && !res.writableEnded) res.end()
       resolve()
     }
+    const conn = { buffered: () => res?.writableLength ?? 0, ping: () => write(': ping\n\n') }
     const h = open(
+      conn,
       (c) => write(`data: ${JSON.stringify(c)}\n\n`),
       (e) => {
-        if (e) req.log.warn({ err: e.message }, 'ui stream failed')
-        else write('data: [DONE]\n\n')
+        // cut (a slow consumer, a failed feed): no [DONE], the client resumes
+        if (!e) write('data: [DONE]\n\n')
         if (res) finish()
         else ended = true
       },
@@ -166,7 +171,6 @@ function sseStream(live: Set<() => void>, req: FastifyRequest, reply: FastifyRep
       res = reply.raw
       res.writeHead(200, { ...hooked, 'content-type': 'text/event-stream', 'cache-control': 'no-cache, no-transform', connection: 'keep-alive', 'x-accel-buffering': 'no', 'x-vercel-ai-ui-message-stream': 'v1' })
       if (pending.length) res.write(pending.splice(0).join(''))
-      ping = setInterval(() => write(': ping\n\n'), PING_MS)
       // the server closing ends the answer; the client resumes it elsewhere
       const stop = () => {
         h.close()
@@ -176,7 +180,6 @@ function sseStream(live: Set<() => void>, req: FastifyRequest, reply: FastifyRep
       res.on('close', () => {
         live.delete(stop)
         h.close()
-        clearInterval(ping)
         resolve()
       })
       if (ended) finish()
@@ -186,6 +189,8 @@ function sseStream(live: Set<() => void>, req: FastifyRequest, reply: FastifyRep
 
 export async function uiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<void> {
   const facts = { agent: 'agentId' } as const
+  /** the subscriptions of open streams (the native stream's limits and gauge apply to them) */
+  const subs = new Set<Subscription>()
   /** the open streams and sockets, ended when the server closes */
   const live = new Set<() => void>()
   app.addHook('preClose', async () => {
@@ -195,14 +200,14 @@ export async function uiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<vo
   app.post('/ui/:agentId/chat', { config: { ...facts, eventStream: true }, schema: { operationId: 'uiChat', summary: 'AI SDK chat: send a message or tool answers, get the UI message stream', tags: ['protocols'], params: AgentParams, body: ChatBody, response: { ...err } } }, async (req, reply) => {
     const { agentId } = req.params as { agentId: string }
     const { row, selection } = await admit(deps, req.principal!, agentId, req.body, 'body')
-    await sseStream(live, req, reply, (emit, end) => openUiStream(deps, row, selection, emit, end))
+    await sseStream(live, req, reply, (conn, emit, end) => openUiStream(deps, req, subs, row, selection, conn, emit, end))
   })
 
   app.get('/ui/:agentId/chat/:id/stream', { config: { ...facts, queryToken: true, unlimited: true, eventStream: true }, schema: { operationId: 'uiChatStream', summary: 'AI SDK chat: resume the open turn (204 when none)', tags: ['protocols'], params: ChatParams, response: { 204: { type: 'null', description: 'no turn runs, or the turn waits' }, ...err } } }, async (req, reply) => {
     const { agentId, id } = req.params as { agentId: string; id: string }
     const row = await chatSession(deps, req.principal!, agentId, id, false)
     if (!row) return reply.code(204).send()
-    await sseStream(live, req, reply, (emit, end) => openUiStream(deps, row, { kind: 'open' }, emit, end), true)
+    await sseStream(live, req, reply, (conn, emit, end) => openUiStream(deps, req, subs, row, { kind: 'open' }, conn, emit, end), true)
   })
 
   app.post('/ui/:agentId/chat/:id/stop', { config: { ...facts, optionalBody: true }, schema: { operationId: 'uiChatStop', summary: 'AI SDK chat: cancel the running turn', tags: ['protocols'], params: ChatParams, body: { type: 'object', additionalProperties: true }, response: { 202: S.CancelAnswer, ...err } } }, async (req, reply) => {
@@ -217,9 +222,8 @@ export async function uiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<vo
     const { agentId, id } = req.params as { agentId: string; id: string }
     const row = await chatSession(deps, req.principal!, agentId, id, false)
     if (!row) throw sessionNotFound(id)
-    const [events, pending] = await Promise.all([readEvents(deps.db, row.key), listPending(deps.db, row.key)])
-    const snapshot = deps.snapshot(row.key)
-    const messages = uiHistory(events as never, serverTools(row), { snapshot }, pending.filter((c) => c.kind === 'approval').map((c) => c.callId))
+    const events = await readEvents(deps.db, row.key)
+    const messages = uiHistory(events as never, row.tools, deps.snapshot(row.key))
     return reply.type('application/json').send(JSON.stringify({ messages }))
   })
 
@@ -231,7 +235,7 @@ export async function uiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<vo
     handler: async () => {
       throw badRequest('this route takes a WebSocket upgrade (Connection: Upgrade, Upgrade: websocket)', [{ path: 'headers.upgrade', message: 'must be websocket' }])
     },
-    wsHandler: (socket: WebSocket, req: FastifyRequest) => wsChat(deps, live, socket, req),
+    wsHandler: (socket: WebSocket, req: FastifyRequest) => wsChat(deps, live, subs, socket, req),
   })
 }
 
@@ -240,7 +244,7 @@ export async function uiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<vo
  * its own `start`, `chunk {sequence}`…, `end` (or `error`, `no-active`); `sequence` numbers a stream's
  * chunks from 0, and `resume` sends only the chunks after `lastSequence`.
  */
-function wsChat(deps: HttpDeps, live: Set<() => void>, socket: WebSocket, req: FastifyRequest): void {
+function wsChat(deps: HttpDeps, live: Set<() => void>, subs: Set<Subscription>, socket: WebSocket, req: FastifyRequest): void {
   const { agentId } = req.params as { agentId: string }
   const streams = new Map<string, UiStreamHandle>()
   const stop = () => socket.close(1001)
@@ -258,8 +262,11 @@ function wsChat(deps: HttpDeps, live: Set<() => void>, socket: WebSocket, req: F
     let started = false
     const h = openUiStream(
       deps,
+      req,
+      subs,
       row,
       selection,
+      { buffered: () => socket.bufferedAmount, ping: () => {} },
       (chunk) => {
         if (!started) {
           started = true
