@@ -31,7 +31,7 @@ function rssMB(pid: number): number {
 }
 
 /** RSS after settleMs and two forced full GCs (bench/gc-hook.ts): the median of five samples 100 ms apart. */
-async function settledRss(proc: ChildProcess, settleMs: number): Promise<number> {
+export async function settledRss(proc: ChildProcess, settleMs: number): Promise<number> {
   await sleep(settleMs)
   for (let i = 0; i < 2; i++) {
     proc.kill('SIGUSR2')

@@ -130,7 +130,7 @@ async function main(): Promise<void> {
           else if (m === 'agents') r = await benchAgents(kind, q ? { sessions: 10, turns: 20, warmup: 3 } : { sessions: 100, turns: 200, warmup: 10 }, cp)
           else if (m === 'tokens') r = await benchTokens(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
           else if (m === 'tracing') r = await benchTracing(kind, q ? { turns: 40, warmup: 10 } : { turns: 400, warmup: 40 }, cp)
-          else if (m === 'responses') r = await benchResponses(kind, q ? { turns: 20, warmup: 5, chunks: 500, streams: 3 } : { turns: 200, warmup: 20, chunks: 2000, streams: 5 })
+          else if (m === 'responses') r = await benchResponses(kind, q ? { turns: 20, warmup: 5, chunks: 500, streams: 3, idleStreams: 100 } : { turns: 200, warmup: 20, chunks: 2000, streams: 5, idleStreams: 1000 })
           else if (m === 'chat') r = await benchChat(kind, q ? { chunks: 500, streams: 3 } : { chunks: 2000, streams: 5 })
           else r = await benchMemory(kind, q ? { sessions: 200, connections: 100, settleMs: 300 } : { sessions: 10000, connections: 1000, settleMs: 2000 })
         } catch (e) {

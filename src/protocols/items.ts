@@ -121,7 +121,7 @@ export type SpanOp =
   | { op: 'span-open'; span: Span }
   /** a queued span's input was claimed: in_progress */
   | { op: 'span-start'; span: Span }
-  /** a user message admitted into the span (its opening input, or steering) */
+  /** a user message admitted into the span: its opening input, or steering (source kind `user`) */
   | { op: 'input'; span: Span; message: UserMessage; opening: boolean }
   | { op: 'item-add'; span: Span; item: SpanItem }
   /** text, reasoning or tool-argument text appended to an item */

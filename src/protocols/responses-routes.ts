@@ -12,6 +12,7 @@ import { deleteSession, getSession, listPending, type SessionRow } from '../stor
 import type { HttpDeps } from '../http/deps.js'
 import { batch, type Subscription } from '../http/feed.js'
 import { changeSession } from '../http/sessions.js'
+import { reaches } from '../http/auth.js'
 import { inputItems, parseResponseId, ResponseProjector, responseId, sseText, toResponse } from './responses.js'
 import { kindsOf, SpanFold } from './span.js'
 import { followSession, SpanFolds } from './source.js'
@@ -153,8 +154,19 @@ async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string, inb
   const p = parseResponseId(id)
   if (!p) throw notFound(`response ${id}`)
   const row = await getSession(deps.db, req.principal!.tenantId, p.sessionId, { inbox })
-  if (!row) throw notFound(`response ${id}`)
+  if (!row || !reachable(req, row)) throw notFound(`response ${id}`)
   return { row, spanId: p.spanId }
+}
+
+/** A token reaches only its own sessions (API.md §18); a key reaches the tenant's. */
+const reachable = (req: FastifyRequest, row: SessionRow) => !req.principal?.grant || reaches(req.principal.grant, row)
+
+/** A token limited to sessions or agents creates only those (API.md §18): here, only sessions of an agent it lists. */
+function mayCreate(req: FastifyRequest, agent: string | undefined): void {
+  const g = req.principal?.grant
+  if (!g) return
+  if (g.sessions) throw new ApiError('forbidden', 'this token reaches only the sessions it lists: name one as conversation')
+  if (g.agents && !(agent !== undefined && g.agents.includes(agent.split('@')[0]))) throw new ApiError('forbidden', 'this token creates only sessions of the agents it lists: give one of them as model agent:<id>')
 }
 
 const json = (reply: FastifyReply, code: number, o: unknown) => reply.code(code).type('application/json').send(JSON.stringify(o))
@@ -233,7 +245,7 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
   const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => folds.until(row, spanId, signal)
 
-  app.post('/responses', { config: { createsSession: true }, schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
+  app.post('/responses', { schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
     const b = (req.body ?? {}) as Record<string, unknown>
     if (typeof b !== 'object' || Array.isArray(b)) throw bad('the body must be an object', '')
     for (const k of Object.keys(b)) if (!FIELDS.has(k) && !IGNORED.has(k)) throw bad(`unknown field ${k}`, k)
@@ -257,7 +269,7 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
       if (!id) throw bad('conversation must be an id or {id}', 'conversation')
       // with its pending input, for the delivery to plan on (as the native routes' authentication reads it)
       row = await getSession(deps.db, tenantId, id, { inbox: true })
-      if (!row) throw notFound(`conversation ${id}`)
+      if (!row || !reachable(req, row)) throw notFound(`conversation ${id}`)
     } else if (typeof b.previous_response_id === 'string') {
       const found = await findResponse(deps, req, b.previous_response_id, true)
       row = found.row
@@ -284,6 +296,7 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     if (input.content) message = toUserMessage({ content: input.content, source: { kind: 'user', responses: facts } }, { kind: 'user' }, header !== undefined ? idempotencyMessageId(String(header)) : undefined)
 
     // the session: created, forked, or changed as a PATCH would
+    if (!row) mayCreate(req, agent)
     if (!row) {
       // an Idempotency-Key names the new session too (`conv-` + the message id it derives), so a repeated
       // create finds the session it made and the delivery there answers the original response
@@ -296,24 +309,34 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
       if (Object.keys(diff).length) row = await changeSession(deps, tenantId, row, diff)
     }
 
-    // the input, through the native inbox and answers
-    let spanId: string
-    if (input.answers.length) {
-      const fold = await foldOf(deps, row)
-      const w = fold.waiting
-      spanId = w ? SpanFold.answerId(w.seq) : (fold.open?.id ?? '')
-      for (const a of input.answers) await deps.intake.answer(row, a.callId, a.kind, a.answer)
-      if (message) await deps.intake.deliver(row, 'followup', message, header !== undefined ? { bodyHash: bodyHash('followup', { content: message.content }) } : undefined)
-      if (!spanId) throw new ApiError('internal', 'the answered calls belong to no span')
-    } else {
-      const accepted = await deps.intake.deliver(row, 'followup', message!, header !== undefined ? { bodyHash: bodyHash('followup', { content: message!.content }) } : undefined)
-      spanId = SpanFold.inputId(accepted.seq)
-    }
+    // a blocking create follows the session from before its input goes in (SpanFolds.follow): the
+    // span's events reach it with their commits, without reading the log back
+    const follower = b.stream !== true && b.background !== true ? await folds.follow(row) : undefined
+    try {
+      // the input, through the native inbox and answers
+      let spanId: string
+      if (input.answers.length) {
+        const fold = await foldOf(deps, row)
+        const w = fold.waiting
+        spanId = w ? SpanFold.answerId(w.seq) : (fold.open?.id ?? '')
+        for (const a of input.answers) await deps.intake.answer(row, a.callId, a.kind, a.answer)
+        if (message) await deps.intake.deliver(row, 'followup', message, header !== undefined ? { bodyHash: bodyHash('followup', { content: message.content }) } : undefined)
+        if (!spanId) throw new ApiError('internal', 'the answered calls belong to no span')
+      } else {
+        const accepted = await deps.intake.deliver(row, 'followup', message!, header !== undefined ? { bodyHash: bodyHash('followup', { content: message!.content }) } : undefined)
+        spanId = SpanFold.inputId(accepted.seq)
+      }
 
-    if (b.stream === true) return stream(req, reply, row, spanId, -1)
-    if (b.background === true) return json(reply, 200, await current(row, spanId))
-    const fold = await until(row, spanId)
-    return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
+      if (b.stream === true) return stream(req, reply, row, spanId, -1)
+      if (b.background === true) return json(reply, 200, await current(row, spanId))
+      // a client that leaves cancels nothing (API.md §17.1): only this wait ends
+      const left = new AbortController()
+      reply.raw.on('close', () => left.abort())
+      const fold = await follower!.until(spanId, left.signal)
+      return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
+    } finally {
+      follower?.close()
+    }
   })
 
   app.get('/responses/:id', { schema: { operationId: 'getResponse', summary: 'OpenAI Responses: a response, or its events from starting_after (stream=true)' } }, async (req, reply) => {
@@ -338,7 +361,19 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     const span = (await foldOf(deps, row)).peek(spanId)
     if (!span) throw notFound(`response ${id}`)
     if (span.ended) return json(reply, 200, toResponse(row.id, span))
-    await deps.intake.cancel(row, false)
+    // a response still queued is its input alone: withdrawing it (a cancelling removal) cancels it and
+    // leaves the turn that runs meanwhile alone; once claimed, its turn is cancelled
+    let withdrawn = false
+    if (span.status === 'queued' && span.opener.kind === 'input') {
+      withdrawn = await deps.intake.removeFromInbox(row, span.opener.messageId).then(
+        () => true,
+        (e) => {
+          if (e instanceof ApiError && e.code === 'queue-item-not-found') return false
+          throw e
+        },
+      )
+    }
+    if (!withdrawn) await deps.intake.cancel(row, false)
     const fold = await until(row, spanId)
     return json(reply, 200, toResponse(row.id, fold.peek(spanId)!))
   })
@@ -356,13 +391,14 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
   const conversation = (row: SessionRow) => ({ id: row.id, object: 'conversation', created_at: Math.floor(row.createdAt / 1000), metadata: row.metadata ?? {} })
 
-  app.post('/conversations', { config: { optionalBody: true, createsSession: true }, schema: { operationId: 'createConversation', summary: 'OpenAI Conversations: create a session', body: OpenBody } }, async (req, reply) => {
+  app.post('/conversations', { config: { optionalBody: true }, schema: { operationId: 'createConversation', summary: 'OpenAI Conversations: create a session', body: OpenBody } }, async (req, reply) => {
     const b = (req.body ?? {}) as { metadata?: Record<string, unknown>; items?: unknown }
     for (const k of Object.keys(b)) if (k !== 'metadata' && k !== 'items') throw bad(`unknown field ${k}`, k)
     if (b.items !== undefined && (!Array.isArray(b.items) || b.items.length)) throw bad('items are not accepted: agentd keeps the history itself', 'items')
     const metadata = (b.metadata ?? {}) as JsonObject
     if (typeof metadata !== 'object' || Array.isArray(metadata)) throw bad('metadata must be an object', 'metadata')
     const agent = typeof metadata.agent === 'string' ? (metadata.agent as string).replace(/^agent:/, '') : undefined
+    mayCreate(req, agent)
     const { row } = await deps.sessions.create(req.principal!.tenantId, { ...(agent ? { agent } : {}), metadata } as never, req.principal!.grant?.subject ?? null)
     return json(reply, 200, conversation(row))
   })

@@ -138,6 +138,7 @@ export class SpanFolds {
 
   constructor(private readonly deps: Pick<HttpDeps, 'db' | 'feeds' | 'snapshot'>, private readonly max = 256) {}
 
+
   private entry(row: { key: string; tools: readonly unknown[] }): SpanFold {
     const sig = JSON.stringify(row.tools)
     let e = this.folds.get(row.key)
@@ -157,6 +158,81 @@ export class SpanFolds {
       const events = await readEvents(this.deps.db, row.key, fold.head, PAGE)
       for (const e of events) fold.event(e)
       if (events.length < PAGE) return fold
+    }
+  }
+
+  /**
+   * Follows the session on the bus from now on, its fold caught up to the row's head (`nextSeq - 1`,
+   * read once only when the cached fold is behind it): for a caller that is about to write input and wait
+   * for the span it opens. Commits made in this process hand their events over with their notice, so a
+   * session driven here is followed without a read; a remote commit's doorbell, or a dropped channel,
+   * reads what the fold lacks. `until` resolves once span `id` has ended; close() ends the following.
+   */
+  async follow(row: { key: string; tools: readonly unknown[]; nextSeq: number }): Promise<{ fold: SpanFold; until(id: string, signal?: AbortSignal): Promise<SpanFold>; close(): void }> {
+    const fold = this.entry(row)
+    const waiters = new Set<() => void>()
+    const changed = () => {
+      for (const w of [...waiters]) w()
+    }
+    let reading: Promise<void> | undefined
+    let again = false
+    let failed: Error | undefined
+    const catchUp = (): Promise<void> => {
+      if (reading) {
+        again = true
+        return reading
+      }
+      reading = (async () => {
+        try {
+          do {
+            again = false
+            for (;;) {
+              const events = await readEvents(this.deps.db, row.key, fold.head, PAGE)
+              for (const e of events) fold.event(e)
+              if (events.length < PAGE) break
+            }
+          } while (again)
+        } catch (e) {
+          failed = e as Error
+        } finally {
+          reading = undefined
+          changed()
+        }
+      })()
+      return reading
+    }
+    const off = this.deps.feeds.bus.subscribe(row.key, {
+      commit: (n) => {
+        const events = n.events
+        if (events?.length && !reading && events[0].seq <= fold.head + 1) {
+          for (const e of events) fold.event(e)
+          changed()
+        } else if (n.seq > fold.head) void catchUp()
+      },
+      live: (f) => fold.frame(f.event, f.data),
+      reset: () => void catchUp(),
+    })
+    if (fold.head < row.nextSeq - 1) await catchUp()
+    return {
+      fold,
+      until: (id, signal) =>
+        new Promise<SpanFold>((resolve, reject) => {
+          const check = () => {
+            if (failed) return done(failed)
+            if (signal?.aborted) return done(new Error('aborted'))
+            if (fold.get(id)?.ended) done()
+          }
+          const done = (err?: Error) => {
+            waiters.delete(check)
+            signal?.removeEventListener('abort', check)
+            if (err) reject(err)
+            else resolve(fold)
+          }
+          waiters.add(check)
+          signal?.addEventListener('abort', check, { once: true })
+          check()
+        }),
+      close: off,
     }
   }
 

@@ -216,6 +216,8 @@ export class SpanFold {
         if (this.current) {
           const m = d as unknown as UserMessage
           const opening = this.current.input.some((x) => x.id === m.id)
+          // steering is a person's input; a plugin's (a compaction checkpoint, injected context) is not the span's
+          if (!opening && m.source?.kind !== 'user') break
           if (!opening) this.current.input.push(m)
           this.emit({ op: 'input', span: this.current, message: m, opening })
         }

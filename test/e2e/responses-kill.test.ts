@@ -64,4 +64,18 @@ describe('Responses after kill -9 and a takeover (PostgreSQL, two processes)', (
       expect(await read(holder, id, n), `restarted, starting_after=${n}`).toBe(expected)
     }
   }, 90000)
+
+  it('a blocking create on a process that does not drive the session answers when the span ends there', async () => {
+    const s = await c.createSession(0)
+    c.llm.script(s.marker, { chunks: ['first'] }, { chunks: ['second ', 'answer'], delayMs: 200 })
+    const first = await c.api(0, 'POST', '/v1/responses', { model: 'mock/scripted', conversation: s.id, input: 'one' })
+    expect(first.status, first.text).toBe(200)
+    expect(first.body.output[0].content[0].text).toBe('first')
+    // ask the other process while the driver still holds the session (idle release is 300 ms)
+    const holder = await c.holder(s.id)
+    const other = holder === 0 ? 1 : 0
+    const second = await c.api(other, 'POST', '/v1/responses', { model: 'mock/scripted', previous_response_id: first.body.id, input: 'two' })
+    expect(second.status, second.text).toBe(200)
+    expect([second.body.status, second.body.output[0].content[0].text, second.body.previous_response_id]).toEqual(['completed', 'second answer', first.body.id])
+  }, 60000)
 })

@@ -2,6 +2,7 @@
 // (AuthenticationError, NotFoundError, BadRequestError, RateLimitError with retry-after) in OpenAI's
 // shape, and bad input refused with nothing written.
 
+import crypto from 'node:crypto'
 import OpenAI from 'openai'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
@@ -11,7 +12,8 @@ describe.each(DB_KINDS)('OpenAI Responses errors on %s', (kind) => {
   let t: TestApp
   let client: OpenAI
   beforeAll(async () => {
-    t = await startTestApp({ kind })
+    // signing keys of tokens are sealed with it (API.md §18)
+    t = await startTestApp({ kind, env: { AGENTD_SECRET_KEY: crypto.randomBytes(32).toString('base64') } })
     client = new OpenAI({ baseURL: `${t.url}/v1`, apiKey: t.key, maxRetries: 0 })
   })
   afterAll(async () => {
@@ -84,5 +86,25 @@ describe.each(DB_KINDS)('OpenAI Responses errors on %s', (kind) => {
     const after = Number(e.headers.get('retry-after'))
     expect(after).toBeGreaterThanOrEqual(1)
     expect(after).toBeLessThanOrEqual(60)
+  })
+
+  it("a token reaches only its own sessions' responses, and creates only what it may (API.md §18)", async () => {
+    const mine = await client.conversations.create({})
+    const theirs = await client.conversations.create({})
+    t.models.script(mine.id, { text: ['mine'] })
+    t.models.script(theirs.id, { text: ['theirs'] })
+    const rTheirs = await client.responses.create({ model: t.models.ref(), conversation: theirs.id, input: 'x' })
+    const minted = await t.api('POST', '/v1/tokens', { scopes: ['read', 'write'], sessions: [mine.id] })
+    expect(minted.status).toBe(201)
+    const scoped = new OpenAI({ baseURL: `${t.url}/v1`, apiKey: minted.body.token, maxRetries: 0 })
+    const r = await scoped.responses.create({ model: t.models.ref(), conversation: mine.id, input: 'hi' })
+    expect(r.output_text).toBe('mine')
+    for (const e of [await fail(scoped.responses.retrieve(rTheirs.id)), await fail(scoped.responses.create({ model: t.models.ref(), conversation: theirs.id, input: 'x' })), await fail(scoped.conversations.retrieve(theirs.id))]) {
+      expect(e).toBeInstanceOf(OpenAI.NotFoundError)
+    }
+    const before = await sessionCount()
+    expect(await fail(scoped.responses.create({ model: t.models.ref(), input: 'a new session' }))).toBeInstanceOf(OpenAI.PermissionDeniedError)
+    expect(await fail(scoped.conversations.create({}))).toBeInstanceOf(OpenAI.PermissionDeniedError)
+    expect(await sessionCount()).toBe(before)
   })
 })

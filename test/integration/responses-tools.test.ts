@@ -93,6 +93,26 @@ describe.each(DB_KINDS)('OpenAI Responses tools, cancel and retries on %s', (kin
     expect((await client.responses.retrieve(r.id)).status).toBe('cancelled')
   })
 
+  it('cancel of a queued response withdraws its input; the running one goes on', async () => {
+    const c = await client.conversations.create({})
+    const g = gate()
+    t.models.script(c.id, { text: ['first done'], gate: g.promise }, { text: ['third done'] })
+    const r1 = await client.responses.create({ model: t.models.ref(), conversation: c.id, input: 'first', background: true })
+    await t.models.waitForRequest(c.id, 1)
+    const r2 = await client.responses.create({ model: t.models.ref(), conversation: c.id, input: 'second', background: true })
+    expect(r2.status).toBe('queued')
+    const cancelled = await client.responses.cancel(r2.id)
+    expect(cancelled.status).toBe('cancelled')
+    expect(cancelled.output).toEqual([])
+    g.open()
+    const r3 = await client.responses.create({ model: t.models.ref(), conversation: c.id, input: 'third' })
+    expect(r3.output_text).toBe('third done')
+    const first = await client.responses.retrieve(r1.id)
+    expect([first.status, first.output_text]).toEqual(['completed', 'first done'])
+    // the model never saw the withdrawn input
+    expect(JSON.stringify(t.models.requestsOf(c.id)[1].context.messages)).not.toContain('second')
+  })
+
   it('a retried attempt: an incomplete message item, then the retry', async () => {
     const c = await client.conversations.create({})
     const g = gate()
