@@ -113,13 +113,15 @@ type AgUiMessage = Record<string, unknown> & { id: string; role: string }
 /**
  * A thread's history as AG-UI messages (MESSAGES_SNAPSHOT): each span's input as user messages, its
  * text as assistant messages with the tool calls the model made after it, and results as tool
- * messages. `except` leaves a span out (the open one, which the connect stream replays live).
+ * messages. `except` leaves a span's output out (the open one, which the connect stream replays live).
  */
 export function agUiMessages(fold: SpanFold, except?: string): AgUiMessage[] {
   const out: AgUiMessage[] = []
   for (const span of fold.spans) {
-    if (span.id === except || span.status === 'queued') continue
+    if (span.status === 'queued') continue
     for (const m of span.input) out.push({ id: agUiUserId(m), role: 'user', content: textOf(m.content) })
+    // the open run's input is history; what it makes comes live
+    if (span.id === except) continue
     let assistant: AgUiMessage | undefined
     for (const item of span.items) {
       if (item.type === 'text') {

@@ -159,6 +159,58 @@ describe.each(DB_KINDS)('AG-UI on %s', (kind) => {
     expect(verified.filter((e: any) => e.type === 'TEXT_MESSAGE_CONTENT').map((e: any) => e.delta)).toEqual(['two ', 'three'])
   })
 
+  it('front-end tools become client tools: the run finishes with the call open, the tool message answers it', async () => {
+    const id = newId()
+    t.models.script(id, { toolCalls: [{ id: 'call-pick', name: 'pick_color', arguments: { of: 'sky' } }] }, { text: ['blue it is'] })
+    const a = agent(id)
+    a.addMessage({ id: 'u-1', role: 'user', content: 'pick a color' })
+    const tools = [{ name: 'pick_color', description: 'asks the user for a color', parameters: { type: 'object', properties: { of: { type: 'string' } } } }]
+    const first = await run(a, { runId: 'run-t1', tools })
+    expect(first.events.map((e) => e.type)).toEqual(['RUN_STARTED', 'TOOL_CALL_START', 'TOOL_CALL_ARGS', 'TOOL_CALL_END', 'RUN_FINISHED'])
+    expect(first.events.at(-1)).toMatchObject({ outcome: { type: 'success', pendingToolCallIds: ['call-pick'] } })
+    const s = await t.api('GET', `/v1/sessions/${id}`)
+    expect(s.body.settings.tools.map((x: any) => [x.name, x.execution.type])).toEqual([
+      ['clean', 'http'],
+      ['pick_color', 'client'],
+    ])
+    expect((await t.api('GET', `/v1/sessions/${id}/pending`)).body.toolCalls.map((c: any) => [c.callId, c.kind])).toEqual([['call-pick', 'client']])
+    a.addMessage({ id: 'tool-1', role: 'tool', toolCallId: 'call-pick', content: 'blue' })
+    const second = await run(a, { runId: 'run-t2', tools })
+    expect(second.events.map((e) => e.type)).toEqual(['RUN_STARTED', 'TEXT_MESSAGE_START', 'TEXT_MESSAGE_CONTENT', 'TEXT_MESSAGE_END', 'RUN_FINISHED'])
+    expect(t.models.requestsOf(id)[1].context.messages.at(-1)).toMatchObject({ role: 'toolResult', toolCallId: 'call-pick' })
+  })
+
+  it('connect while a run is open: the history without it, then the run live', async () => {
+    const id = newId()
+    const g = gate()
+    t.models.script(id, { text: ['first'] }, { text: ['second ', 'answer'], holdAfter: 1, gate: g.promise })
+    const a = agent(id)
+    a.addMessage({ id: 'u-1', role: 'user', content: 'one' })
+    await run(a, { runId: 'run-c1' })
+    a.addMessage({ id: 'u-2', role: 'user', content: 'two' })
+    const running = run(a, { runId: 'run-c2' })
+    await t.models.waitForRequest(id, 2)
+    const b = agent(id)
+    const events: BaseEvent[] = []
+    const connected = b.connectAgent({ runId: 'connect-2' }, { onEvent: ({ event }) => void events.push(EventSchemas.parse(event) as BaseEvent) })
+    await new Promise((r) => setTimeout(r, 200))
+    g.open()
+    await connected
+    await running
+    expect(events.map((e) => e.type)).toEqual(['RUN_STARTED', 'MESSAGES_SNAPSHOT', 'TEXT_MESSAGE_START', 'TEXT_MESSAGE_CONTENT', 'TEXT_MESSAGE_CONTENT', 'TEXT_MESSAGE_END', 'RUN_FINISHED'])
+    expect((events[1] as any).messages.map((m: any) => [m.role, m.content])).toEqual([
+      ['user', 'one'],
+      ['assistant', 'first'],
+      ['user', 'two'],
+    ])
+    expect(b.messages.map((m: any) => [m.id, m.role, m.content])).toEqual([
+      ['u-1', 'user', 'one'],
+      [expect.any(String), 'assistant', 'first'],
+      ['u-2', 'user', 'two'],
+      [expect.any(String), 'assistant', 'second answer'],
+    ])
+  })
+
   it('bad input is 400 and writes nothing; another tenant and another agent are refused', async () => {
     const id = newId()
     const post = (body: unknown, key = t.key, agent = agentId) => t.api('POST', `/v1/ag-ui/${agent}`, body, { key })
