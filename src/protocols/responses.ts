@@ -165,7 +165,6 @@ export class ResponseProjector {
         break
       case 'item-add': {
         const item = op.item
-        if (item.type === 'tool-call' && item.kind === 'approval') break
         const output_index = this.outputIndex(span, item)
         const o = outputItem(sid, item)!
         this.openItems.add(item.id)
@@ -200,10 +199,8 @@ export class ResponseProjector {
           this.itemDone(out, output_index, item.id, o)
         } else if (item.type === 'tool-call') {
           if (item.kind === 'approval') {
-            // an approval request is whole once its arguments are: added and done together
-            if (item.status !== 'completed') break
-            this.ev(out, 'response.output_item.added', { output_index, item: o })
-            this.ev(out, 'response.output_item.done', { output_index, item: o })
+            // added (in output order, as every item) with its arguments so far; done with all of them
+            this.itemDone(out, output_index, item.id, o)
           } else if (item.kind === 'client') {
             this.ev(out, 'response.function_call_arguments.done', { item_id: o.id, output_index, name: item.name, arguments: item.arguments })
             this.itemDone(out, output_index, item.id, o)

@@ -161,4 +161,21 @@ describe.each(DB_KINDS)('OpenAI Responses on %s', (kind) => {
     const other = await client.responses.create({ model: 'agent:echo-3', input: 'another body' }, { headers: { 'Idempotency-Key': key } }).catch((e) => e)
     expect(other).toBeInstanceOf(OpenAI.ConflictError)
   })
+
+  it("the client's stream helper accumulates reasoning, text and a function call into the final response", async () => {
+    const c = await conversation({ reasoning: ['think', 'ing'], text: ['Let me ', 'check.'], toolCalls: [{ id: 'call_w', name: 'weather', arguments: { city: 'Rome' } }], usage: { input: 20, output: 9, reasoning: 4 } })
+    const tools = [{ type: 'function' as const, name: 'weather', parameters: { type: 'object', properties: { city: { type: 'string' } } }, strict: false }]
+    const stream = client.responses.stream({ model: t.models.ref(), conversation: c.id, input: 'weather?', tools })
+    const deltas: string[] = []
+    stream.on('response.output_text.delta', (e) => void deltas.push(e.delta))
+    const final = await stream.finalResponse()
+    expect(deltas).toEqual(['Let me ', 'check.'])
+    expect(final.output.map((o: any) => o.type)).toEqual(['reasoning', 'message', 'function_call'])
+    expect(final.output[0]).toMatchObject({ summary: [{ type: 'summary_text', text: 'thinking' }] })
+    expect(final.output_text).toBe('Let me check.')
+    expect(final.output[2]).toMatchObject({ call_id: 'call_w', name: 'weather', arguments: '{"city":"Rome"}' })
+    expect(final.usage).toMatchObject({ output_tokens: 9, output_tokens_details: { reasoning_tokens: 4 } })
+    // what the helper accumulated from the events is the Response object itself (plus its parsed fields)
+    expect(final).toMatchObject(await client.responses.retrieve(final.id))
+  })
 })
