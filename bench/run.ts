@@ -20,8 +20,9 @@ import { benchBudget } from './budget.js'
 import { benchTokens } from './tokens.js'
 import { benchTracing } from './tracing.js'
 import { benchResponses } from './responses.js'
+import { benchChat } from './chat.js'
 
-const MEASUREMENTS = ['turn', 'throughput', 'growth', 'fanout', 'memory', 'budget', 'agents', 'tokens', 'tracing', 'responses'] as const
+const MEASUREMENTS = ['turn', 'throughput', 'growth', 'fanout', 'memory', 'budget', 'agents', 'tokens', 'tracing', 'responses', 'chat'] as const
 type Measurement = (typeof MEASUREMENTS)[number]
 
 const TITLES: Record<Measurement, string> = {
@@ -35,6 +36,7 @@ const TITLES: Record<Measurement, string> = {
   tokens: '8. Credentials (turn overhead driven with a token / with the tenant key; "floor" = the key)',
   tracing: '9. Tracing (server CPU per turn with OpenTelemetry traces exported / off; "floor" = off)',
   responses: '10. OpenAI Responses (turn overhead and streamed events per second through /v1/responses / the native API; "floor" = native)',
+  chat: '11. Chat front ends (frames per second through the AI SDK UI stream and AG-UI / the native stream; "floor" = native)',
 }
 
 function parseArgs(argv: string[]) {
@@ -78,7 +80,7 @@ function parseArgs(argv: string[]) {
     } else if (a === '--peers') o.peers = true
     else if (a.startsWith('--cpu-prof')) o.cpuProf = path.resolve(val())
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget,agents,tokens,tracing,responses] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]\n')
+      process.stdout.write('usage: npm run bench -- [--only turn,throughput,growth,fanout,memory,budget,agents,tokens,tracing,responses,chat] [--db pg,pglite] [--quick] [--out file] [--levels 1,10,100] [--turns N] [--tools N] [--peers] [--cpu-prof DIR]\n')
       process.exit(0)
     } else throw new Error(`unknown argument ${a}`)
   }
@@ -129,6 +131,7 @@ async function main(): Promise<void> {
           else if (m === 'tokens') r = await benchTokens(kind, q ? { turns: 20, warmup: 5 } : { turns: 200, warmup: 20 }, cp)
           else if (m === 'tracing') r = await benchTracing(kind, q ? { turns: 40, warmup: 10 } : { turns: 400, warmup: 40 }, cp)
           else if (m === 'responses') r = await benchResponses(kind, q ? { turns: 20, warmup: 5, chunks: 500, streams: 3, idleStreams: 100 } : { turns: 200, warmup: 20, chunks: 2000, streams: 5, idleStreams: 1000 })
+          else if (m === 'chat') r = await benchChat(kind, q ? { chunks: 500, streams: 3 } : { chunks: 2000, streams: 5 })
           else r = await benchMemory(kind, q ? { sessions: 200, connections: 100, settleMs: 300 } : { sessions: 10000, connections: 1000, settleMs: 2000 })
         } catch (e) {
           process.stdout.write(`   ${m} on ${kind} failed: ${(e as Error)?.stack ?? e}\n`)

@@ -31,6 +31,8 @@ import { responsesRoutes } from '../protocols/responses-routes.js'
 import { mcpRoutes } from '../protocols/mcp-routes.js'
 import { a2aRoutes } from '../protocols/a2a-routes.js'
 import { a2aPush } from '../protocols/a2a-push.js'
+import { uiRoutes } from '../protocols/ui/routes.js'
+import { agUiRoutes } from '../protocols/ag-ui-routes.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
 const MAX_PARAM_LENGTH = 1000
@@ -91,6 +93,9 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(tokenRoutes, deps)
       // API.md §17: the client protocols
       await v1.register(responsesRoutes, deps)
+      // API.md §17.2, §17.3
+      await v1.register(uiRoutes, deps)
+      await v1.register(agUiRoutes, deps)
       // API.md §17.4
       await v1.register(a2aRoutes, { ...deps, push: a2aPush(deps.db, deps.webhooks) })
       // API.md §17.5
