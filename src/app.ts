@@ -10,6 +10,7 @@ import { Credentials } from './credentials/index.js'
 import { createRoot, type Context } from './hooks/index.js'
 import { buildHttp, Listener, VERSION, type DriverControl } from './http/index.js'
 import { Metrics } from './metrics.js'
+import { protocolRoutes } from './protocols/index.js'
 import type { LlmService, LlmServiceOptions } from './llm/index.js'
 import { COMPACTOR, loadBuiltinPlugins, loadServerPlugins, type Compactor } from './plugins/index.js'
 import { migrate, openDb, pruneIdempotency, schemaCurrent, webhooks as webhookStore, type Db, type SessionRow } from './store/index.js'
@@ -239,6 +240,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       },
     }
     app.http = await buildHttp({
+      protocols: protocolRoutes,
       config,
       db,
       log,

@@ -27,12 +27,6 @@ import { jwksRoute, tokenRoutes } from './tokens.js'
 import { corsPlugin } from './cors.js'
 import { collectRoutes, type RouteDoc } from './openapi.js'
 import { httpTracing } from '../tracing/index.js'
-import { responsesRoutes } from '../protocols/responses-routes.js'
-import { mcpRoutes } from '../protocols/mcp-routes.js'
-import { a2aRoutes } from '../protocols/a2a-routes.js'
-import { a2aPush } from '../protocols/a2a-push.js'
-import { uiRoutes } from '../protocols/ui/routes.js'
-import { agUiRoutes } from '../protocols/ag-ui-routes.js'
 
 /** Path parameters this long are refused (400); a session id of the longest allowed, escaped, fits. */
 const MAX_PARAM_LENGTH = 1000
@@ -91,15 +85,8 @@ export async function buildHttp(deps: HttpDeps): Promise<FastifyInstance> {
       await v1.register(secretRoutes, deps)
       await v1.register(webhookRoutes, deps)
       await v1.register(tokenRoutes, deps)
-      // API.md §17: the client protocols
-      await v1.register(responsesRoutes, deps)
-      // API.md §17.2, §17.3
-      await v1.register(uiRoutes, deps)
-      await v1.register(agUiRoutes, deps)
-      // API.md §17.4
-      await v1.register(a2aRoutes, { ...deps, push: a2aPush(deps.db, deps.webhooks) })
-      // API.md §17.5
-      await v1.register(mcpRoutes, deps)
+      // API.md §17: the client protocols, views of the same sessions (src/protocols)
+      if (deps.protocols) await deps.protocols(v1, deps)
     }, { prefix: '/v1' })
   }
   return app

@@ -1,6 +1,7 @@
 // What HTTP needs from the rest of the server, and the facts a route declares in its `config`
 // (read by the auth, session-loading, body and OpenAPI plugins instead of matching URLs).
 
+import type { FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
 import type { Config } from '../config.js'
 import type { Agents, Intake, Sessions } from '../agent/index.js'
@@ -40,6 +41,9 @@ export interface HttpDeps {
   onTenantChanged?(fn: (tenantId: string | null) => void): () => void
   /** the socket bound at the start of the process (listener.ts); none: an unbound one (tests inject) */
   listener?: Listener
+  /** the client protocols' routes (API.md §17), registered under /v1 after the native ones; the server
+   * passes src/protocols' plugins here, so http/ never imports the protocols built on it */
+  protocols?: (v1: FastifyInstance, deps: HttpDeps) => Promise<void>
 }
 
 export interface DriverControl {

@@ -7,11 +7,10 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { AgentCard } from '@a2a-js/sdk'
 import { JsonRpcTransportHandler, ServerCallContext } from '@a2a-js/sdk/server'
 import { LegacyJsonRpcTransportHandler } from '@a2a-js/sdk/compat/v0_3/server'
-import type { HttpDeps } from '../http/deps.js'
 import { A2aView, agentCard, type A2aDeps } from './a2a.js'
 import { INVALID_REQUEST, jsonRpcError, jsonRpcErrorHandler } from './jsonrpc.js'
 import { JsonRpcBody } from './mcp-routes.js'
-import { PING_MS } from '../http/feed.js'
+import { PING_MS, type HttpDeps } from '../http/index.js'
 
 const AgentParams = { type: 'object', properties: { agentId: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: "1 to 64 letters, digits, '_', '.' and '-'" } }, required: ['agentId'] } as const
 const Any = { description: 'a JSON object' }

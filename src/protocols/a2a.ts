@@ -12,15 +12,13 @@ import { ApiError } from '../errors.js'
 import { InputError } from '../agent/index.js'
 import { getSession, listSessions, readEvents, type AgentVersionRow, type Principal, type SessionRow } from '../store/index.js'
 import type { ContentBlock, UserMessage } from '../session/index.js'
-import type { HttpDeps } from '../http/deps.js'
-import { toApiError } from '../http/errors.js'
-import { reaches } from '../http/auth.js'
 import { answerCall, requireWrite, sendFollowup } from './calls.js'
 import { finalText, foldOptionsOf, pendingOf, waitSpan } from './outcome.js'
 import { foldSpans, SpanFold } from './span.js'
 import { watchSession } from './source.js'
 import type { Span, SpanOp } from './items.js'
 import type { A2aPush } from './a2a-push.js'
+import { toApiError, reaches, type HttpDeps } from '../http/index.js'
 
 /** A part larger than this (its text, or its decoded bytes) is refused, before anything is written. */
 export const MAX_PART_BYTES = 256 * 1024

@@ -8,14 +8,11 @@ import { ApiError, badRequest } from '../errors.js'
 import { bodyHash, idempotencyMessageId, normalizeContent, toUserMessage } from '../agent/index.js'
 import { canonicalJson, type JsonObject } from '../session/index.js'
 import { getSession, listPending, patchSession, readEvents, type SessionRow } from '../store/index.js'
-import type { Subscription } from '../http/feed.js'
-import type { HttpDeps } from '../http/deps.js'
-import { parseAfter } from '../http/feed.js'
-import * as S from '../http/schemas.js'
 import { admittedIds, agUiMessages, AgUiRun, type AgUiEvent } from './ag-ui.js'
 import { foldSpans, kindsOf, SpanFold } from './span.js'
 import { followSession } from './source.js'
-import { chatSession } from './ui/routes.js'
+import { chatSession } from './ui-routes.js'
+import { parseAfter, schemas as S, type Subscription, type HttpDeps } from '../http/index.js'
 
 const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 const AgentParams = { type: 'object', properties: { agentId: { type: 'string' } }, required: ['agentId'] } as const

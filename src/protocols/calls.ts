@@ -7,8 +7,7 @@ import { ApiError, sessionNotFound } from '../errors.js'
 import { bodyHash, idempotencyMessageId, normalizeContent, toUserMessage, type Accepted } from '../agent/index.js'
 import { getPending, getSession, type Principal, type SessionRow } from '../store/index.js'
 import type { ContentBlock } from '../session/index.js'
-import type { HttpDeps } from '../http/deps.js'
-import { reaches, tokenRefusal } from '../http/auth.js'
+import { reaches, tokenRefusal, type HttpDeps } from '../http/index.js'
 
 /** A token's refusal of an operation that needs `write` (API.md §18): a read-only token cannot send. */
 export function requireWrite(p: Principal): void {

@@ -4,7 +4,7 @@
 // gives, so a JSON-RPC client reads it as an error of its protocol.
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { toApiError } from '../http/errors.js'
+import { toApiError } from '../http/index.js'
 
 export const PARSE_ERROR = -32700
 export const INVALID_REQUEST = -32600

@@ -6,9 +6,9 @@
 
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
-import type { HttpDeps } from '../http/deps.js'
 import { jsonRpcErrorHandler, jsonRpcError } from './jsonrpc.js'
 import { mcpServer } from './mcp-server.js'
+import type { HttpDeps } from '../http/index.js'
 
 /**
  * The body schema of a JSON-RPC endpoint: a JSON-RPC 2.0 request or notification object (a body that

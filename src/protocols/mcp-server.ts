@@ -11,14 +11,11 @@ import { ApiError } from '../errors.js'
 import { agentObject, sessionObject } from '../agent/index.js'
 import { agents as agentStore, decodeCursor, listSessions, readEvents, type Principal } from '../store/index.js'
 import { assertStorableText, JsonValueError, type SessionEvent } from '../session/index.js'
-import type { HttpDeps } from '../http/deps.js'
-import { VERSION } from '../http/ops.js'
-import { sessionFilter } from '../http/auth.js'
-import { toApiError } from '../http/errors.js'
 import { answerCall, mayUseAgent, reachableSession, requireWrite, sendFollowup, sessionFor } from './calls.js'
 import { finalText, pendingOf, waitSpan } from './outcome.js'
 import { SpanFold } from './span.js'
 import type { Span } from './items.js'
+import { VERSION, sessionFilter, toApiError, type HttpDeps } from '../http/index.js'
 
 /** send_message waits this long by default, and at most MAX_WAIT_SECONDS (API.md §17.5). */
 export const DEFAULT_WAIT_SECONDS = 30

@@ -2,11 +2,11 @@
 // send_message, A2A's blocking SendMessage): the core's fold over the session's feed from its start,
 // in any process, answered with where the span stands when it ended or when the time ran out.
 
-import type { HttpDeps } from '../http/deps.js'
 import type { SessionRow } from '../store/index.js'
 import type { Span, ToolCallItem } from './items.js'
 import { kindsOf, SpanFold, type ToolSpecLike } from './span.js'
 import { watchSession } from './source.js'
+import type { HttpDeps } from '../http/index.js'
 
 /** The fold options of a session: who answers each of its tools (span.ts kindsOf). */
 export const foldOptionsOf = (row: Pick<SessionRow, 'tools'>) => ({ toolKind: kindsOf(row.tools as unknown as ToolSpecLike[]) })

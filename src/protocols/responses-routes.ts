@@ -9,15 +9,11 @@ import { ApiError, badRequest } from '../errors.js'
 import { bodyHash, idempotencyMessageId, type SettingsInput } from '../agent/index.js'
 import { canonicalJson, normalizeContent, toUserMessage, type ContentBlock, type JsonObject, type UserMessage } from '../session/index.js'
 import { deleteSession, getSession, listPending, type SessionRow } from '../store/index.js'
-import type { HttpDeps } from '../http/deps.js'
-import { batch, type Subscription } from '../http/feed.js'
-import { changeSession } from '../http/sessions.js'
-import { reaches } from '../http/auth.js'
 import { inputItems, parseResponseId, ResponseProjector, responseId, sseText, toResponse } from './responses.js'
 import { kindsOf, SpanFold } from './span.js'
 import { followSession, SpanFolds } from './source.js'
 import type { Span } from './items.js'
-import { OpenBody } from '../http/schemas.js'
+import { batch, changeSession, reaches, OpenBody, type HttpDeps, type Subscription } from '../http/index.js'
 
 /** OpenAI request fields agentd accepts and leaves to the session (sampling, formatting, routing hints). */
 const IGNORED = new Set(['temperature', 'top_p', 'parallel_tool_calls', 'tool_choice', 'text', 'truncation', 'user', 'include', 'service_tier', 'prompt_cache_key', 'safety_identifier', 'top_logprobs', 'stream_options', 'max_tool_calls'])

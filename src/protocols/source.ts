@@ -10,11 +10,10 @@
 
 import type { FastifyRequest } from 'fastify'
 import type { FeedEvent, LiveFrame } from '../bus/index.js'
-import type { HttpDeps } from '../http/deps.js'
-import { subscribe, type Subscription, type Transport } from '../http/feed.js'
 import type { SessionEvent } from '../session/index.js'
 import { readEvents } from '../store/index.js'
 import { kindsOf, SpanFold, type SpanFoldOptions, type ToolSpecLike } from './span.js'
+import { subscribe, type HttpDeps, type Subscription, type Transport } from '../http/index.js'
 
 /** What a follower of a session gets, in order. */
 export interface SessionSink {

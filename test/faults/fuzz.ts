@@ -18,7 +18,7 @@ import { decodeProtectedHeader, generateKeyPair, SignJWT, UnsecuredJWT, type Cry
 import { b64, startIdp, type Idp } from '../helpers/idp.js'
 import { violations as logViolations } from '../helpers/invariants.js'
 import type { SessionEvent } from '../../src/session/index.js'
-import { errorShapeViolation, isJsonRpcRoute, jsonRpcShapeViolation } from './lib/contract.js'
+import { isJsonRpcRoute, shapeViolation } from './lib/contract.js'
 import type { FaultPart, PartContext, PartResult } from './lib/part.js'
 import { operations, type Operation } from './lib/operations.js'
 import { cleanText, valueOf, type Hints } from './lib/schema-arb.js'
@@ -314,9 +314,10 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
         return ans
       }
       if (ans.status >= 500) problems.push(`${where}: ${ans.status} ${ans.text.slice(0, 200)}`)
-      // API.md §17: the JSON-RPC endpoints answer errors in JSON-RPC's shape, §10's code in error.data
+      // API.md §17: a protocol's errors take its own shape — JSON-RPC's (§10's code in error.data) for A2A
+      // and MCP, OpenAI's (§10's code as its code) for Responses — every other route §10's
       const rpc = isJsonRpcRoute(r.method, r.path)
-      const shape = rpc ? jsonRpcShapeViolation(ans.status, ans.body) : errorShapeViolation(ans.status, ans.body, { head: r.method === 'HEAD', retryAfter: (ans.headers['retry-after'] as string) ?? null })
+      const shape = shapeViolation(r.method, r.path, ans.status, ans.body, { head: r.method === 'HEAD', retryAfter: (ans.headers['retry-after'] as string) ?? null })
       if (shape) problems.push(`${where}: ${shape}`)
       const code = rpc ? ans.body?.error?.data?.code : ans.body?.error?.code
       if (r.expect && !r.expect.status.includes(ans.status)) problems.push(`${where}: ${r.expect.why}: expected ${r.expect.status.join('|')}, got ${ans.status} ${ans.text.slice(0, 200)}`)

@@ -9,7 +9,7 @@ import http from 'node:http'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { errorShapeViolation, isJsonRpcRoute, jsonRpcShapeViolation } from '../faults/lib/contract.js'
+import { errorPaths, errorShapeViolation, shapeViolation } from '../faults/lib/contract.js'
 import { operations, type Operation } from '../faults/lib/operations.js'
 import { parseAnswers, rawExchange, rawSequence, rawUpload, wireRequest, type WireAnswer } from '../faults/lib/wire.js'
 
@@ -26,21 +26,21 @@ describe.each(DB_KINDS)('the error path at the wire on %s', (kind) => {
   const fill = (template: string, over: Record<string, string> = {}) =>
     template.replace(/\{(\w+)\}/g, (_m, name: string) => over[name] ?? ({ id: sid, tenantId: t.tenantId, keyId: '00000000-0000-4000-8000-000000000000', file: 'console.js' } as Record<string, string>)[name] ?? 'x1')
   const auth = (op: Operation): Record<string, string> => (op.security === 'apiKey' ? { authorization: `Bearer ${t.key}` } : op.security === 'adminToken' ? { authorization: `Bearer ${t.adminToken}` } : {})
-  /** API.md §17.4, §17.5: the JSON-RPC endpoints' errors are JSON-RPC's, §10's code and details in error.data (`what` starts with the method and route) */
-  const jsonRpc = (what: string) => {
+  /** API.md §17: a protocol's errors take its own shape (JSON-RPC for A2A and MCP, OpenAI's for Responses); `what` starts with the method and route */
+  const routeOf = (what: string): [string, string] => {
     const m = /^([A-Z]+) (\S+)/.exec(what)
-    return !!m && isJsonRpcRoute(m[1], m[2])
+    return m ? [m[1], m[2]] : ['', '']
   }
   const expectShape = (r: WireAnswer, what: string) => {
     expect(r.error, `${what}: the request got a whole answer`).toBeUndefined()
-    const violation = jsonRpc(what) ? jsonRpcShapeViolation(r.status, r.body) : errorShapeViolation(r.status, r.body, { retryAfter: (r.headers['retry-after'] as string) ?? null })
+    const violation = shapeViolation(...routeOf(what), r.status, r.body, { retryAfter: (r.headers['retry-after'] as string) ?? null })
     expect(violation, `${what}: ${r.status} ${r.text.slice(0, 300)}`).toBeUndefined()
   }
   const expectBadRequest = (r: WireAnswer, path: string | RegExp, what: string) => {
     expectShape(r, what)
     expect(r.status, `${what}: ${r.text.slice(0, 300)}`).toBe(400)
-    const paths: string[] = ((jsonRpc(what) ? r.body.error.data : r.body.error).details ?? []).map((d: { path: string }) => d.path)
-    expect(paths.some((p) => (typeof path === 'string' ? p === path : path.test(p))), `${what}: details ${JSON.stringify(r.body.error.details)} name ${String(path)}`).toBe(true)
+    const paths = errorPaths(...routeOf(what), r.body)
+    expect(paths.some((p) => (typeof path === 'string' ? p === path : path.test(p))), `${what}: ${JSON.stringify(r.body.error)} names ${String(path)}`).toBe(true)
   }
 
   // plugin deliveries through the Agent handle meet the same rule as HTTP input (API.md §11)

@@ -70,3 +70,52 @@ export function jsonRpcShapeViolation(status: number, body: unknown): string | u
   } else if (status >= 400) return `status ${status} with a result`
   return undefined
 }
+
+/** The OpenAI-compatible routes (API.md §17.1): their errors take OpenAI's shape. */
+export const isOpenAiRoute = (_method: string, path: string) => /^\/v1\/(responses|conversations)(\/|\?|$)/.test(path)
+
+/**
+ * Why an OpenAI-compatible route's error answer breaks its contract (API.md §17.1, §10), else undefined:
+ * `{error: {message, type, param, code}}` — a non-empty message, OpenAI's error type, `param` the field at
+ * fault or null, and `code` §10's code with §10's status (so the typed errors of OpenAI's client follow).
+ */
+export function openAiShapeViolation(status: number, body: unknown, opts: { head?: boolean; retryAfter?: string | null } = {}): string | undefined {
+  if (status < 400 || opts.head) return undefined
+  // a URL the router cannot read (a malformed percent-encoding) never reaches the routes: §10's answer
+  if (status === 400 && errorShapeViolation(status, body) === undefined && (body as { error: { details?: Array<{ path: string }> } }).error.details?.[0]?.path === 'url') return undefined
+  if (!body || typeof body !== 'object' || Array.isArray(body)) return `status ${status} without a JSON object body`
+  const keys = Object.keys(body)
+  if (keys.length !== 1 || keys[0] !== 'error') return `status ${status}: body keys ${JSON.stringify(keys)}, expected only "error"`
+  const e = (body as { error: Record<string, unknown> }).error
+  if (!e || typeof e !== 'object') return `status ${status}: error is not an object`
+  for (const k of Object.keys(e)) if (!['message', 'type', 'param', 'code'].includes(k)) return `status ${status}: unexpected error field ${k}`
+  if (typeof e.message !== 'string' || !e.message) return `status ${status}: no message`
+  if (typeof e.type !== 'string' || !e.type) return `status ${status}: no type`
+  if (e.param !== null && typeof e.param !== 'string') return `status ${status}: param is neither a string nor null`
+  if (typeof e.code !== 'string' || !(e.code in ERROR_STATUS)) return `status ${status}: code ${JSON.stringify(e.code)} is not one of API.md §10`
+  if (ERROR_STATUS[e.code] !== status) return `status ${status} with code ${e.code}, which §10 gives ${ERROR_STATUS[e.code]}`
+  if ((status === 429 || status === 503) && opts.retryAfter !== undefined && !opts.retryAfter) return `status ${status} without Retry-After`
+  return undefined
+}
+
+/** The contract an answer of `method path` is held to: a protocol's own error shape where it has one (API.md §17), else §10's. */
+export function shapeViolation(method: string, path: string, status: number, body: unknown, opts: { head?: boolean; retryAfter?: string | null } = {}): string | undefined {
+  if (isJsonRpcRoute(method, path)) return jsonRpcShapeViolation(status, body)
+  if (isOpenAiRoute(method, path)) return openAiShapeViolation(status, body, opts)
+  return errorShapeViolation(status, body, opts)
+}
+
+/**
+ * The fields a 400 names, in §10's path form (`body.x`, `querystring.x`, `params.x`, `url`): from
+ * `details`, from JSON-RPC's `error.data.details`, or from OpenAI's `param` (which names a body field
+ * bare, as OpenAI does).
+ */
+export function errorPaths(method: string, path: string, body: any): string[] {
+  if (isJsonRpcRoute(method, path)) return (body?.error?.data?.details ?? body?.error?.details ?? []).map((d: { path: string }) => d.path)
+  if (isOpenAiRoute(method, path) && body?.error && !('details' in body.error)) {
+    const p = body.error.param
+    if (typeof p !== 'string') return []
+    return [/^(body|url|params|querystring|headers)(\.|$)/.test(p) ? p : `body.${p}`]
+  }
+  return (body?.error?.details ?? []).map((d: { path: string }) => d.path)
+}

@@ -5,8 +5,8 @@
 // a resumed stream replays, since useChat replaces the message it resumes); the stream (stream.ts)
 // decides which span a client is sent.
 
-import type { Span, SpanOp } from '../items.js'
-import { textOf } from '../items.js'
+import type { Span, SpanOp } from './items.js'
+import { textOf } from './items.js'
 
 /** One UI message stream part, as `ai`'s `UIMessageChunk` spells it. */
 export type UiChunk = { type: string } & Record<string, unknown>

@@ -7,12 +7,11 @@
 // Nothing is kept beyond the connection.
 
 import type { FastifyRequest } from 'fastify'
-import type { HttpDeps } from '../../http/deps.js'
-import type { Subscription } from '../../http/feed.js'
-import type { SessionRow } from '../../store/index.js'
-import { followSession, type Connection } from '../source.js'
-import { kindsOf, SpanFold } from '../span.js'
-import { endParts, serverRun, uiMessageId, UiRenderer, type UiChunk } from './render.js'
+import type { SessionRow } from '../store/index.js'
+import { followSession, type Connection } from './source.js'
+import { kindsOf, SpanFold } from './span.js'
+import { endParts, serverRun, uiMessageId, UiRenderer, type UiChunk } from './ui-render.js'
+import type { HttpDeps, Subscription } from '../http/index.js'
 
 export type Selection = { kind: 'span'; spanId: string } | { kind: 'open' }
 

@@ -4,9 +4,9 @@
 // id its stream starts with, so a page that loads the history and then resumes the open turn replaces
 // that message instead of adding a second one.
 
-import type { SessionEvent } from '../../session/index.js'
-import { kindsOf, SpanFold } from '../span.js'
-import { endParts, serverRun, uiMessageId, UiRenderer, userParts, type UiChunk } from './render.js'
+import type { SessionEvent } from '../session/index.js'
+import { kindsOf, SpanFold } from './span.js'
+import { endParts, serverRun, uiMessageId, UiRenderer, userParts, type UiChunk } from './ui-render.js'
 
 export interface UIMessage {
   id: string

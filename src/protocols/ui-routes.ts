@@ -5,18 +5,14 @@
 
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { WebSocket } from 'ws'
-import { ApiError, badRequest, sessionNotFound } from '../../errors.js'
-import { bodyHash, toUserMessage, normalizeContent } from '../../agent/index.js'
-import { getSession, listPending, readEvents, type Principal, type SessionRow } from '../../store/index.js'
-import type { Subscription } from '../../http/feed.js'
-import { foldSpans, kindsOf, SpanFold } from '../span.js'
-import type { HttpDeps } from '../../http/deps.js'
-import { reaches } from '../../http/auth.js'
-import { toApiError } from '../../http/errors.js'
-import * as S from '../../http/schemas.js'
-import { uiHistory } from './history.js'
-import type { UiChunk } from './render.js'
-import { openUiStream, type Selection, type UiStreamHandle } from './stream.js'
+import { ApiError, badRequest, sessionNotFound } from '../errors.js'
+import { bodyHash, toUserMessage, normalizeContent } from '../agent/index.js'
+import { getSession, listPending, readEvents, type Principal, type SessionRow } from '../store/index.js'
+import { foldSpans, kindsOf, SpanFold } from './span.js'
+import { uiHistory } from './ui-history.js'
+import type { UiChunk } from './ui-render.js'
+import { openUiStream, type Selection, type UiStreamHandle } from './ui-stream.js'
+import { reaches, toApiError, schemas as S, type Subscription, type HttpDeps } from '../http/index.js'
 
 const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 const AgentParams = { type: 'object', properties: { agentId: { type: 'string' } }, required: ['agentId'] } as const
