@@ -33,7 +33,12 @@ export async function chatSession(deps: HttpDeps, p: Principal, agentId: string,
     if (row.agent?.id !== agentId) throw new ApiError('session-conflict', `session ${id} is not a session of agent ${agentId}`)
     return row
   }
-  if (!create) return null
+  if (!create) {
+    // no such chat yet: nothing to stream or stop — but only for an agent the tenant has (404 otherwise,
+    // as a create would answer)
+    await deps.agents.get(p.tenantId, agentId)
+    return null
+  }
   const g = p.grant
   if (g?.sessions && !g.sessions.includes(id)) throw new ApiError('forbidden', 'this token creates only the sessions it lists')
   const made = await deps.sessions.create(p.tenantId, { id, agent: agentId } as never, g?.subject ?? null)

@@ -23,7 +23,12 @@ describe.each(['pglite'] as const)('docs/protocols.md examples on %s', (kind) =>
   })
 
   it('the OpenAI client examples run as written', async () => {
-    const code = blocks(fs.readFileSync(path.join(ROOT, 'docs/protocols.md'), 'utf8'))
+    // the OpenAI section's blocks (the other protocols' sections have examples of their own, tested beside them)
+    const md = fs.readFileSync(path.join(ROOT, 'docs/protocols.md'), 'utf8')
+    const start = md.indexOf('\n## OpenAI Responses and Conversations')
+    expect(start).toBeGreaterThan(0)
+    const end = md.indexOf('\n## ', start + 1)
+    const code = blocks(md.slice(start, end < 0 ? undefined : end))
     expect(code.length).toBe(3)
     const source = code.join('\n').replace("'http://127.0.0.1:8080/v1'", JSON.stringify(`${t.url}/v1`)).replace('process.env.AGENTD_API_KEY', JSON.stringify(t.key))
     // a module beside the tests, so `openai` resolves from the project's node_modules

@@ -55,8 +55,8 @@ export const isJsonRpcRoute = (method: string, path: string) => /^\/v1\/mcp(\?|$
  */
 export function jsonRpcShapeViolation(status: number, body: unknown): string | undefined {
   if (status === 202 && body === undefined) return undefined // an MCP notification accepted
-  // a URL the router cannot read (a malformed percent-encoding) never reaches the endpoint: §10's answer
-  if (status === 400 && errorShapeViolation(status, body) === undefined && (body as { error: { details?: Array<{ path: string }> } }).error.details?.[0]?.path === 'url') return undefined
+  // what the server refuses before it knows the route (see openAiShapeViolation) gets §10's answer
+  if (status === 400 && errorShapeViolation(status, body) === undefined && ['request', 'url', 'params'].includes((body as { error: { details?: Array<{ path: string }> } }).error.details?.[0]?.path ?? '')) return undefined
   if (!body || typeof body !== 'object' || Array.isArray(body)) return `status ${status} without a JSON-RPC response object`
   const r = body as { jsonrpc?: unknown; id?: unknown; result?: unknown; error?: { code?: unknown; message?: unknown; data?: { code?: unknown } } }
   if (r.jsonrpc !== '2.0') return `status ${status}: jsonrpc is ${JSON.stringify(r.jsonrpc)}`
@@ -71,8 +71,17 @@ export function jsonRpcShapeViolation(status: number, body: unknown): string | u
   return undefined
 }
 
-/** The OpenAI-compatible routes (API.md §17.1): their errors take OpenAI's shape. */
-export const isOpenAiRoute = (_method: string, path: string) => /^\/v1\/(responses|conversations)(\/|\?|$)/.test(path)
+/** The OpenAI-compatible routes (API.md §17.1), as the router matches them (it resolves no dot segments): their errors take OpenAI's shape. */
+export function isOpenAiRoute(method: string, path: string): boolean {
+  // the routes of API.md §17.1 by method; an empty id before a sub-route still reaches it (`/v1/responses//cancel`)
+  const routes: Record<string, RegExp[]> = {
+    POST: [/^\/v1\/(responses|conversations)$/, /^\/v1\/responses\/[^/]*\/cancel$/],
+    GET: [/^\/v1\/(responses|conversations)\/[^/]+$/, /^\/v1\/responses\/[^/]*\/input_items$/, /^\/v1\/conversations\/[^/]*\/items$/],
+    DELETE: [/^\/v1\/conversations\/[^/]+$/],
+  }
+  const p = path.split('?')[0]
+  return (routes[method] ?? []).some((r) => r.test(p))
+}
 
 /**
  * Why an OpenAI-compatible route's error answer breaks its contract (API.md §17.1, §10), else undefined:
@@ -81,8 +90,9 @@ export const isOpenAiRoute = (_method: string, path: string) => /^\/v1\/(respons
  */
 export function openAiShapeViolation(status: number, body: unknown, opts: { head?: boolean; retryAfter?: string | null } = {}): string | undefined {
   if (status < 400 || opts.head) return undefined
-  // a URL the router cannot read (a malformed percent-encoding) never reaches the routes: §10's answer
-  if (status === 400 && errorShapeViolation(status, body) === undefined && (body as { error: { details?: Array<{ path: string }> } }).error.details?.[0]?.path === 'url') return undefined
+  // what the server refuses before it knows the route — a request that is not HTTP, a URL it cannot read,
+  // a path parameter over the length limit — gets §10's answer, as on every route (docs/protocols.md)
+  if (status === 400 && errorShapeViolation(status, body) === undefined && ['request', 'url', 'params'].includes((body as { error: { details?: Array<{ path: string }> } }).error.details?.[0]?.path ?? '')) return undefined
   if (!body || typeof body !== 'object' || Array.isArray(body)) return `status ${status} without a JSON object body`
   const keys = Object.keys(body)
   if (keys.length !== 1 || keys[0] !== 'error') return `status ${status}: body keys ${JSON.stringify(keys)}, expected only "error"`
