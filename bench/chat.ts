@@ -4,7 +4,7 @@
 // message stream (its text-delta parts, POST /v1/ui/:agentId/chat) or AG-UI (its TEXT_MESSAGE_CONTENT
 // events, POST /v1/ag-ui/:agentId) — each rate taken from its first to its last such frame.
 
-import { createSession, now, openSse, request, startBenchApp, type Kind } from './lib.js'
+import { createSession, openSse, postSseTimes, request, startBenchApp, type Kind } from './lib.js'
 import { benchProvider, CHUNKS_MODEL } from './models.js'
 import { num, times, yes, type Row } from './report.js'
 
@@ -13,29 +13,6 @@ export interface ChatOptions {
   chunks: number
   /** streamed turns per protocol (each read by both streams) */
   streams: number
-}
-
-/** Reads an SSE answer to a POST until it ends: the receive times of its `data:` frames that `match`. */
-async function protocolStream(url: string, key: string, body: unknown, match: string): Promise<number[]> {
-  const res = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
-  if (res.status !== 200 || !res.body) throw new Error(`${url}: ${res.status}`)
-  const out: number[] = []
-  const reader = res.body.getReader()
-  const dec = new TextDecoder()
-  let buf = ''
-  for (;;) {
-    const { value, done } = await reader.read()
-    if (done) break
-    const at = now()
-    buf += dec.decode(value, { stream: true })
-    let i: number
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const block = buf.slice(0, i)
-      buf = buf.slice(i + 2)
-      if (block.includes(match)) out.push(at)
-    }
-  }
-  return out
 }
 
 const rate = (ts: number[]) => (ts.length > 1 ? ((ts.length - 1) * 1000) / (ts.at(-1)! - ts[0]) : NaN)
@@ -47,8 +24,8 @@ export async function benchChat(kind: Kind, o: ChatOptions): Promise<{ rows: Row
     const agent = await request('POST', `${b.url}/v1/agents`, b.key, { id: 'bench-chat', name: 'bench', model: CHUNKS_MODEL })
     if (agent.status !== 201) throw new Error(`agent: ${agent.status} ${agent.text}`)
     const protocols = {
-      'AI SDK UI stream': (id: string, k: number) => protocolStream(`${b.url}/v1/ui/bench-chat/chat`, b.key, { id, trigger: 'submit-message', messages: [{ id: `m-${k}`, role: 'user', parts: [{ type: 'text', text: `chunks:${o.chunks}` }] }] }, '"type":"text-delta"'),
-      'AG-UI': (id: string, k: number) => protocolStream(`${b.url}/v1/ag-ui/bench-chat`, b.key, { threadId: id, runId: `r-${k}`, messages: [{ id: `u-${k}`, role: 'user', content: `chunks:${o.chunks}` }] }, '"type":"TEXT_MESSAGE_CONTENT"'),
+      'AI SDK UI stream': (id: string, k: number) => postSseTimes(`${b.url}/v1/ui/bench-chat/chat`, b.key, { id, trigger: 'submit-message', messages: [{ id: `m-${k}`, role: 'user', parts: [{ type: 'text', text: `chunks:${o.chunks}` }] }] }, (f) => f.includes('"type":"text-delta"')),
+      'AG-UI': (id: string, k: number) => postSseTimes(`${b.url}/v1/ag-ui/bench-chat`, b.key, { threadId: id, runId: `r-${k}`, messages: [{ id: `u-${k}`, role: 'user', content: `chunks:${o.chunks}` }] }, (f) => f.includes('"type":"TEXT_MESSAGE_CONTENT"')),
     }
     const rows: Row[] = []
     const data: Record<string, unknown> = {}

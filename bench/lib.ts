@@ -497,3 +497,29 @@ export async function pool<T, R>(items: T[], limit: number, fn: (x: T, i: number
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker))
   return out
 }
+
+/**
+ * POSTs `body` and reads the SSE answer until it ends: the receive times of the frames `counts` picks
+ * (a protocol's streamed text frames: Responses, the AI SDK UI stream, AG-UI).
+ */
+export async function postSseTimes(url: string, key: string, body: unknown, counts: (frame: string) => boolean): Promise<number[]> {
+  const res = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  if (res.status !== 200 || !res.body) throw new Error(`${url}: ${res.status}`)
+  const out: number[] = []
+  const reader = res.body.getReader()
+  const dec = new TextDecoder()
+  let buf = ''
+  for (;;) {
+    const { value, done } = await reader.read()
+    if (done) break
+    const at = now()
+    buf += dec.decode(value, { stream: true })
+    let i: number
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const frame = buf.slice(0, i)
+      buf = buf.slice(i + 2)
+      if (counts(frame)) out.push(at)
+    }
+  }
+  return out
+}

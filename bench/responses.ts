@@ -10,7 +10,7 @@
 //     another child holding as many idle native SSE streams on sessions set up the same way.
 
 import http from 'node:http'
-import { ADMIN_TOKEN, createSession, dist, freshDir, freshPg, freshPgliteDir, now, openSse, pool, request, startBenchApp, type Kind } from './lib.js'
+import { ADMIN_TOKEN, createSession, dist, freshDir, freshPg, freshPgliteDir, now, openSse, pool, postSseTimes, request, startBenchApp, type Kind } from './lib.js'
 import { settledRss, startChild } from './memory.js'
 import { benchProvider, CHUNKS_MODEL } from './models.js'
 import { mb, ms, num, times, yes, type Row } from './report.js'
@@ -75,29 +75,6 @@ async function idleStreamsRss(kind: Kind, n: number, responses: boolean): Promis
 const BLOCK = 10
 const plus = (x: number) => `${x >= 0 ? '+' : ''}${mb(x)}`
 
-/** Reads a Responses SSE stream (POST body) until [DONE]: the receive times of its output_text.delta events. */
-async function responsesStream(url: string, key: string, body: unknown): Promise<number[]> {
-  const res = await fetch(`${url}/v1/responses`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
-  if (res.status !== 200 || !res.body) throw new Error(`responses stream: ${res.status}`)
-  const times: number[] = []
-  const reader = res.body.getReader()
-  const dec = new TextDecoder()
-  let buf = ''
-  for (;;) {
-    const { value, done } = await reader.read()
-    if (done) break
-    const at = now()
-    buf += dec.decode(value, { stream: true })
-    let i: number
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const block = buf.slice(0, i)
-      buf = buf.slice(i + 2)
-      if (block.startsWith('event: response.output_text.delta')) times.push(at)
-    }
-  }
-  return times
-}
-
 const rate = (ts: number[]) => (ts.length > 1 ? ((ts.length - 1) * 1000) / (ts.at(-1)! - ts[0]) : NaN)
 
 export async function benchResponses(kind: Kind, o: ResponsesOptions): Promise<{ rows: Row[]; data: Record<string, unknown> }> {
@@ -155,7 +132,7 @@ export async function benchResponses(kind: Kind, o: ResponsesOptions): Promise<{
         if (f.event === 'session/event' && f.data?.includes('"type":"turn/end"')) onEnd?.()
       })
       await ns.ready
-      const deltas = await responsesStream(b.url, b.key, { model: CHUNKS_MODEL, conversation: c.id, input: `chunks:${o.chunks}`, stream: true })
+      const deltas = await postSseTimes(`${b.url}/v1/responses`, b.key, { model: CHUNKS_MODEL, conversation: c.id, input: `chunks:${o.chunks}`, stream: true }, (f) => f.startsWith('event: response.output_text.delta'))
       await ended
       ns.close()
       if (deltas.length !== o.chunks || chunkTimes.length !== o.chunks) throw new Error(`streamed ${deltas.length} Responses deltas and ${chunkTimes.length} native chunks of ${o.chunks}`)

@@ -10,38 +10,8 @@ import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { gate, type Step } from '../helpers/scripted.js'
-
-/** A small seeded generator (mulberry32), so a failing script can be replayed by its seed. */
-function rng(seed: number) {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
-
-/** The Responses resume test's scripts: steps of text, reasoning, server tool calls and failed attempts, maybe a steer. */
-function generate(seed: number): { steps: Step[]; steer: boolean } {
-  const r = rng(seed)
-  const words = (n: number) => Array.from({ length: 1 + Math.floor(r() * n) }, (_, i) => `w${seed}.${i} `)
-  const steps: Step[] = []
-  const n = 1 + Math.floor(r() * 3)
-  for (let i = 0; i < n; i++) {
-    const kind = Math.floor(r() * 4)
-    if (kind === 1) steps.push({ reasoning: words(3), text: words(4) })
-    else if (kind === 2) steps.push({ text: words(2), error: '429 rate limited, try again in 0.01s' })
-    else if (kind === 3) steps.push({ text: r() < 0.5 ? words(2) : undefined, toolCalls: [{ id: `call_${seed}_${i}`, name: 'lookup', arguments: { q: `q${i}` } }] })
-    else steps.push({ text: words(5) })
-  }
-  steps.push({ text: words(3) })
-  const steer = r() < 0.4
-  if (steer) steps.push({ text: ['after the steer'] })
-  return { steps, steer }
-}
+import { gate } from '../helpers/scripted.js'
+import { generateScript } from '../helpers/resume-scripts.js'
 
 const blocks = (text: string) => text.split('\n\n').filter((f) => f !== '').map((f) => `${f}\n\n`)
 
@@ -70,7 +40,7 @@ describe.each(DB_KINDS)('chat protocols resume on %s', (kind) => {
 
   /** Runs a script through `start` (a POST answered with the span's stream), steering it mid-turn if the script says so. */
   const runScript = async (id: string, seed: number, start: () => Promise<Response>) => {
-    const script = generate(seed)
+    const script = generateScript(seed)
     const g = gate()
     t.models.script(id, ...script.steps.map((st, i) => (i === 0 && script.steer ? { ...st, error: undefined, holdAfter: 1, gate: g.promise } : st)))
     const res = await start()
