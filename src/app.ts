@@ -1,10 +1,9 @@
 // Composition: config → store, bus, hooks (cordis root), llm, tools, plugins, worker host, http.
 
-import crypto from 'node:crypto'
 import pino, { type Logger } from 'pino'
 import type { FastifyInstance } from 'fastify'
 import type { Config } from './config.js'
-import { Agent, Agents, Intake, KeyedMutex, Publisher, Sessions, SystemPromptService, errorChain, type AgentDeps } from './agent/index.js'
+import { Agents, Intake, KeyedMutex, ManualCompaction, Publisher, Sessions, SystemPromptService, errorChain, type AgentDeps } from './agent/index.js'
 import { Feeds, LiveAttempts, LocalHub, PgBus, type Bus, type LiveFrame } from './bus/index.js'
 import { Credentials } from './credentials/index.js'
 import { createRoot, type Context } from './hooks/index.js'
@@ -12,13 +11,12 @@ import { buildHttp, Listener, VERSION, type DriverControl } from './http/index.j
 import { Metrics } from './metrics.js'
 import { protocolRoutes } from './protocols/index.js'
 import type { LlmService, LlmServiceOptions } from './llm/index.js'
-import { COMPACTOR, loadBuiltinPlugins, loadServerPlugins, type Compactor } from './plugins/index.js'
+import { compactorOf, loadBuiltinPlugins, loadServerPlugins } from './plugins/index.js'
 import { migrate, openDb, pruneIdempotency, schemaCurrent, webhooks as webhookStore, type Db, type SessionRow } from './store/index.js'
 import { checkToolUrl, ToolRegistry } from './tools/index.js'
 import { WorkerHost } from './worker/index.js'
 import { Secrets, Tenancy, embeddedSecretKey, type Clock } from './tenancy/index.js'
 import { Deliverer, WebhookService, type DelivererOptions } from './webhooks/index.js'
-import { ApiError } from './errors.js'
 import { ensureDefaultAgent, ensureEmbeddedTenant } from './embedded-tenant.js'
 import { pluginConfigError, preflight, reachDatabase } from './preflight.js'
 import { startTracing } from './tracing/index.js'
@@ -129,7 +127,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     cleanup.push(() => bus.close())
 
     // API.md §18: signing keys are sealed like secrets, so without a key agentd mints no token
-    const credentials = new Credentials({ db, bus, secretKey, rotationDays: config.tokenKeyRotationDays, policy: toolPolicy, ...(o.credentials ?? {}) })
+    const credentials = new Credentials({ db, invalidations: bus.invalidations, secretKey, rotationDays: config.tokenKeyRotationDays, policy: toolPolicy, ...(o.credentials ?? {}) })
     cleanup.push(() => credentials.close())
 
     const publisher = new Publisher(bus, root, log)
@@ -144,12 +142,12 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     })
     const agents = new Agents({ db, sessions })
     if (!config.databaseUrl && !o.db) await ensureDefaultAgent(db, agents)
-    const feeds = new Feeds(bus, db)
-    const attempts = new LiveAttempts(bus)
+    const feeds = new Feeds(bus.live, db)
+    const attempts = new LiveAttempts(bus.live)
     cleanup.push(() => attempts.close())
 
     // API.md §15: budgets before every model attempt, slot doorbells and tenant metrics after commits
-    const tenancy = new Tenancy({ db, bus, log, metrics, clock: o.clock, running: () => runningTenants(host) })
+    const tenancy = new Tenancy({ db, invalidations: bus.invalidations, doorbells: bus.doorbells, log, metrics, clock: o.clock, running: () => runningTenants(host) })
     cleanup.push(publisher.observe((s, events) => tenancy.committed(s.tenantId, events)))
     // a token's principal carries its tenant's requestsPerMin, as a key's does
     cleanup.push(tenancy.onLimitsChanged((tenantId) => credentials.forget(tenantId)))
@@ -168,7 +166,7 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
       secrets,
       ...(o.mcpCallTimeoutMs ? { mcpCallTimeoutMs: o.mcpCallTimeoutMs } : {}),
     }
-    const host = new WorkerHost({ db, bus, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
+    const host = new WorkerHost({ db, doorbells: bus.doorbells, publisher, mutex, log, metrics, leaseTtlMs: config.leaseTtlMs, idleReleaseMs: config.idleReleaseMs, agentDeps })
     metrics.gauge('agentd_leases_held', 'Session leases this process holds: the sessions it drives', () => host.size)
     metrics.gauge('agentd_sessions_running', 'Sessions this process drives whose driver is running', () => host.running)
     // notifications of deliveries carry the Agent handle when this process drives the session
@@ -179,12 +177,9 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     prune.unref()
     cleanup.push(() => clearInterval(prune))
 
-    // the holder of a session serves compaction requests from any process
-    const offCommand = bus.onCommand((c) => {
-      const agent = c.kind === 'compact' ? host.agent(c.sessionKey) : undefined
-      return agent ? compactAgent(agent, root) : undefined
-    })
-    cleanup.push(offCommand)
+    // SPEC §12.7: the holder of a session serves compaction requests from any process
+    const compaction = new ManualCompaction({ holder: host, commands: bus.commands, compactor: () => compactorOf(root), transient: config.role === 'api' })
+    cleanup.push(compaction.serve())
 
     // API.md §14: a deliverer in every process that drives sessions; commits here that wrote
     // deliveries wake it (store marks them, so a tenant without webhooks costs no look at the
@@ -201,13 +196,13 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     const webhooks = new WebhookService({ db, policy: toolPolicy, wake: () => deliverer?.wake() })
 
     const driver: DriverControl = {
-      compact: async (row: SessionRow) => compactNow(host, bus, root, row, config.role === 'api'),
+      compact: (row: SessionRow) => compaction.compact(row),
       deleted: async (row: SessionRow) => {
         host.deleted(row.key)
-        bus.poke(row.key)
+        bus.doorbells.poke(row.key)
         tenancy.deleted(row.tenantId)
       },
-      settingsChanged: (key: string) => bus.pokeNow(key),
+      settingsChanged: (key: string) => bus.doorbells.pokeNow(key),
     }
     // the process's one tracker of streaming attempts: the driver's own when it runs here
     const snapshot = (key: string): LiveFrame | undefined => attempts.snapshot(key)
@@ -279,37 +274,4 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
 /** The tenant of each session this process's drivers run a turn for (agentd_tenant_running_sessions). */
 function* runningTenants(host: WorkerHost): Iterable<string> {
   for (const a of host.agents()) if (a.state.openTurn !== null) yield a.tenantId
-}
-
-/** SPEC §12.7: manual compaction as maintenance of an idle Agent, by the compaction plugin when loaded. */
-async function compactAgent(agent: Agent, root: Context): Promise<boolean> {
-  if (agent.busy) throw new ApiError('session-busy', 'a turn is running; compaction runs while idle')
-  if (agent.state.openCompaction) throw new ApiError('session-busy', 'a compaction is in progress')
-  const compact = (root as unknown as Record<symbol, Compactor | undefined>)[COMPACTOR]
-  if (!compact) return false
-  try {
-    return await compact(agent)
-  } catch (e) {
-    if (e instanceof Error && /maintenance needs an idle Agent/.test(e.message)) throw new ApiError('session-busy', 'a turn is running; compaction runs while idle')
-    throw new ApiError('internal', `compaction failed: ${errorChain(e)}`)
-  }
-}
-
-/**
- * POST …/compact: the process that holds the session compacts it (this one, or another asked over the
- * bus); when nobody holds it, this process takes it, compacts and, in an api process, hands it back.
- */
-async function compactNow(host: WorkerHost, bus: Bus, root: Context, row: SessionRow, transient: boolean): Promise<{ compacted: boolean }> {
-  const out = await bus.command({ id: crypto.randomUUID(), kind: 'compact', sessionKey: row.key })
-  if (out.ok) return { compacted: out.result === true }
-  if (out.reason === 'error') throw new ApiError(out.error.code === 'session-busy' ? 'session-busy' : 'internal', out.error.message)
-  if (out.reason === 'timeout') throw new ApiError('unavailable', 'the process driving this session did not finish the compaction in time')
-  const agent = await host.claim(row.key)
-  if (!agent) throw new ApiError('session-busy', 'another process drives this session right now; try again')
-  try {
-    return { compacted: await compactAgent(agent, root) }
-  } finally {
-    // an api process hands the session back at once: it renews no leases
-    if (transient) await host.drop(row.key, { release: true })
-  }
 }

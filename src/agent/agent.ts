@@ -8,7 +8,7 @@ import type { Logger } from 'pino'
 import type { Context } from 'cordis'
 import type { LiveAttempts } from '../bus/index.js'
 import { unwrapService, type Hooks } from '../hooks/index.js'
-import { errorChain, hasPending, listOf, planClear, planDelivery, ROUTE_WAKES, toUserMessage, type AgentCancelCause, type DeliveryRoute, type Inbox, type Json, type MessageInput, type SessionState, type UserMessage } from '../session/index.js'
+import { errorChain, listOf, planClear, planDelivery, ROUTE_WAKES, toUserMessage, type AgentCancelCause, type DeliveryRoute, type Inbox, type Json, type MessageInput, type SessionState, type UserMessage } from '../session/index.js'
 import type { LeanRow, SessionRow, StoredEvent } from '../store/index.js'
 import type { LlmService } from '../llm/index.js'
 import { McpClients, type HostPolicy, type SecretResolver, type ToolRegistry } from '../tools/index.js'
@@ -16,6 +16,7 @@ import type { Metrics } from '../metrics.js'
 import type { AgentSpec, Loop, LoopServices, Series, TenantGate } from './context.js'
 import { AGENT, Handles, type AgentHandle } from './handle.js'
 import type { Accepted } from './intake.js'
+import { runMaintenance } from './maintenance.js'
 import { LeaseLostError, SessionLog, type Lease, type SessionLogDeps, type UnitBuilder } from './log.js'
 import { PendingCalls } from './pending.js'
 import { Phases, type Phase } from './phases.js'
@@ -111,7 +112,7 @@ export class Agent implements Loop {
     const root = d.root as unknown as { hooks: Hooks; tools: ToolRegistry; systemPrompt: SystemPromptService }
     this.hooks = unwrapService(root.hooks)
     this.services = { db: d.sessionLog.db, llm: d.llm, registry: unwrapService(root.tools), systemPrompt: unwrapService(root.systemPrompt), toolPolicy: d.toolPolicy, metrics: d.metrics, maxParallelToolCalls: d.maxParallelToolCalls, attempts: d.attempts, tenancy: d.tenancy, continueAfterCrash: d.continueAfterCrash }
-    this.watch = new SessionWatch(d.sessionLog.publisher.bus, row.key, {
+    this.watch = new SessionWatch(d.sessionLog.publisher.bus.live, row.key, {
       log: this.sessionLog,
       pending: this.pending,
       react: (r) => this.react(r),
@@ -360,33 +361,9 @@ export class Agent implements Loop {
   // ------------------------------------------------------------------------------------------
   // Maintenance and disposal (SPEC §5.6, §5.7)
 
-  /** Runs task while idle as maintenance; a wake latched meanwhile fires afterwards. */
-  async runMaintenance<T>(task: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    const run = this.run
-    if (run.busy) throw new Error('maintenance needs an idle Agent')
-    const abort = run.renew()
-    run.set('maintenance')
-    let done!: () => void
-    run.activity = new Promise<void>((r) => (done = r))
-    try {
-      await this.log.commit(() => ({ patch: { runState: 'maintenance' } }))
-      return await task(abort.signal)
-    } finally {
-      let latched = false
-      try {
-        const r = await this.log.commit<boolean>((u) => {
-          latched = u.row.wakeLatched && hasPending(this.state.inbox) && !this.disposed
-          return { patch: { runState: latched ? 'wanted' : 'idle', wakeLatched: false, cancelPending: false }, value: latched }
-        })
-        latched = r.value
-      } catch (e) {
-        this.logger.warn({ err: errorChain(e) }, 'could not end maintenance')
-      }
-      run.activity = undefined
-      done()
-      run.set('idle')
-      if (latched) void this.wakeDurable()
-    }
+  /** Runs task while idle as maintenance (maintenance.ts); throws AgentBusyError when not idle. */
+  runMaintenance<T>(task: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    return runMaintenance(this.run, this, task)
   }
 
   /** Disposal (lease release, shutdown, deletion): abort {disposed}, close the turn balanced, stop. */

@@ -17,4 +17,6 @@ export { SessionLog, LeaseLostError, type Lease, type SessionLogDeps, type UnitB
 export { SystemPromptService, renderPrompt, reconcile, canonicalTools, promptContent, systemNodes, type PromptAssembly } from './prompt.js'
 export { toUserMessage, normalizeContent, newMessageId, idempotencyMessageId, InputError, type MessageInput, type DeliveryRoute } from '../session/index.js'
 export { AbortedError, TurnLlmError } from './errors.js'
+export { AgentBusyError } from './maintenance.js'
+export { ManualCompaction, type Compactor, type ManualCompactionOptions, type SessionHolder } from './compact.js'
 export { errorChain } from '../session/index.js'

@@ -178,7 +178,7 @@ export class Intake {
       after: (key: string, id: string) => {
         this.notify(key, id, 'agent/inbox/inserted', { message })
         // the commit's doorbell lets a running driver fold the splice; an idle one needs a wake
-        if (wake) this.d.publisher.bus.wake(key)
+        if (wake) this.d.publisher.bus.doorbells.wake(key)
       },
     }
   }
@@ -213,7 +213,7 @@ export class Intake {
         events,
         after: () => {
           this.notify(key, id, 'agent/inbox/discarded', { message: at.message })
-          this.d.publisher.bus.poke(key)
+          this.d.publisher.bus.doorbells.poke(key)
         },
       }
     })
@@ -246,7 +246,7 @@ export class Intake {
         events,
         after: () => {
           for (const message of discarded) this.notify(key, id, 'agent/inbox/discarded', { message })
-          this.d.publisher.bus.poke(key)
+          this.d.publisher.bus.doorbells.poke(key)
         },
       }
     })
@@ -258,7 +258,7 @@ export class Intake {
     await this.locked(key, id, async (tx) => {
       const ok = await answerPending(tx, key, callId, kind, answer)
       if (!ok) throw new ApiError('tool-call-not-pending', `no ${kind === 'client' ? 'client tool call' : 'approval'} ${callId} is pending`)
-      return { result: undefined, after: () => this.d.publisher.bus.poke(key) }
+      return { result: undefined, after: () => this.d.publisher.bus.doorbells.poke(key) }
     })
   }
 }

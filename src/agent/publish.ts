@@ -26,7 +26,7 @@ export class Publisher {
   private readonly afterPublish = new Map<string, Array<() => void>>()
   private readonly observers = new Set<CommitObserver>()
 
-  constructor(readonly bus: Bus, readonly root: Context, readonly log: Logger) {}
+  constructor(readonly bus: Pick<Bus, 'live' | 'doorbells'>, readonly root: Context, readonly log: Logger) {}
 
   /** While true, appends by observers must be refused (SPEC §3.1.5). */
   isPublishing(key: string): boolean {
@@ -49,7 +49,7 @@ export class Publisher {
 
   committed(s: SessionRef, events: readonly StoredEvent[]): void {
     if (!events.length) return
-    this.bus.publishCommit(s.key, events)
+    this.bus.live.publishCommit(s.key, events)
     for (const o of this.observers) {
       try {
         o(s, events)
@@ -76,7 +76,7 @@ export class Publisher {
    * the payload plus `agent`.
    */
   live(s: SessionRef, name: string, payload: Record<string, unknown>, agent?: unknown | ((plugin: string) => unknown), wire: unknown = payload): void {
-    if (WIRE_NOTIFICATIONS.has(name)) this.bus.publishLive(s.key, { event: name, data: wire })
+    if (WIRE_NOTIFICATIONS.has(name)) this.bus.live.publishLive(s.key, { event: name, data: wire })
     if (!hasListeners(this.root, name)) return
     // each listener gets the handle of its own plugin (its deliveries default to its source)
     const args = typeof agent === 'function' ? (plugin: string) => [{ ...payload, agent: (agent as (p: string) => unknown)(plugin) }] : [{ ...payload, agent }]

@@ -3,7 +3,7 @@
 // reads the row flags (a cancel request, a wake) and the answers to pending calls. Syncs are
 // coalesced: one at a time, and one more if asked meanwhile.
 
-import type { Bus } from '../bus/index.js'
+import type { LiveFrames } from '../bus/index.js'
 import { errorChain } from '../session/index.js'
 import type { LeanRow } from '../store/index.js'
 import { LeaseLostError, type SessionLog } from './log.js'
@@ -26,11 +26,11 @@ export class SessionWatch {
   private unsubscribe: () => void = () => {}
   stopped = false
 
-  constructor(private readonly bus: Bus, private readonly key: string, private readonly t: WatchTarget) {}
+  constructor(private readonly live: LiveFrames, private readonly key: string, private readonly t: WatchTarget) {}
 
   start(): void {
     const state = this.t.log.state
-    this.unsubscribe = this.bus.subscribe(this.key, {
+    this.unsubscribe = this.live.subscribe(this.key, {
       commit: (n) => {
         if (n.seq <= state.headSeq) return
         if (n.events?.length) void this.t.log.foldLocal(n.events).then((ok) => ok || this.sync(), () => this.sync())

@@ -4,7 +4,7 @@
 // through their live frames on the bus.
 
 import { StreamAccumulator, type AssistantStreamRecord, type StreamChunk } from '../session/index.js'
-import type { Bus, LiveFrame } from './local.js'
+import type { LiveFrame, LiveFrames } from './local.js'
 
 interface Inflight {
   attemptId: string
@@ -35,8 +35,8 @@ export class LiveAttempts {
   private readonly off: () => void
   private readonly sweep: NodeJS.Timeout
 
-  constructor(bus: Bus) {
-    this.off = bus.tap((key, f) => this.see(key, f))
+  constructor(live: LiveFrames) {
+    this.off = live.tap((key, f) => this.see(key, f))
     // a driver that died mid-attempt never sends `end`; forget what has gone quiet
     this.sweep = setInterval(() => {
       const now = Date.now()

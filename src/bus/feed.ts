@@ -4,7 +4,7 @@
 // reading older pages itself, and interleaves live frames (API.md §6, SPEC §18.11).
 
 import { readEventTexts, type Queryable } from '../store/index.js'
-import type { Bus, LiveFrame } from './local.js'
+import type { LiveFrame, LiveFrames } from './local.js'
 
 export interface FeedEvent {
   seq: number
@@ -36,7 +36,7 @@ class SessionFeed {
   private unsubscribe: () => void
 
   constructor(readonly key: string, private readonly feeds: Feeds) {
-    this.unsubscribe = feeds.bus.subscribe(key, {
+    this.unsubscribe = feeds.live.subscribe(key, {
       commit: (n) => {
         if (n.events?.length) this.add(n.events.map((e) => ({ seq: e.seq, json: e.json })))
         else this.fetchUpTo(n.seq)
@@ -264,7 +264,7 @@ export class Subscriber {
 export class Feeds {
   private readonly feeds = new Map<string, SessionFeed>()
 
-  constructor(readonly bus: Bus, readonly db: Queryable) {}
+  constructor(readonly live: LiveFrames, readonly db: Queryable) {}
 
   /** Subscribes from seq `after`; call start() on the result to send the backlog and go live. */
   open(sessionKey: string, after: number, sink: FeedSink): Subscriber {

@@ -1,5 +1,7 @@
-// The in-process bus: commit doorbells, live frames and wake requests between the parts of one
-// process. The PostgreSQL transport (pg.ts) feeds remote notices into the same hub.
+// The in-process bus, split by concern: live frames (commit doorbells and frames to a session's
+// subscribers), doorbells (pokes and wakes for drivers), invalidations (caches) and commands (work for
+// the process holding a session). Each user receives only the part it needs. The PostgreSQL transport
+// (pg.ts) wraps the same local parts and feeds remote notices into them.
 
 import type { StoredEvent } from '../store/index.js'
 
@@ -37,15 +39,18 @@ export type CommandHandler = (c: Command) => Promise<unknown> | undefined
 
 export type CommandOutcome = { ok: true; result: unknown } | { ok: false; reason: 'no-holder' | 'timeout' } | { ok: false; reason: 'error'; error: { code?: string; message: string } }
 
-export interface Bus {
-  /** runs a command where the session is held: this process or another one */
-  command(c: Command, o?: { ackMs?: number; doneMs?: number }): Promise<CommandOutcome>
-  onCommand(handler: CommandHandler): () => void
+/** Commits and live frames, to the subscribers of a session in every process. */
+export interface LiveFrames {
+  /** sees every live frame of every session, local or remote, before subscribers do */
   tap(fn: (sessionKey: string, frame: LiveFrame) => void): () => void
   subscribe(sessionKey: string, l: SessionListener): () => void
   /** after commit: local listeners get the events, other processes a coalesced doorbell */
   publishCommit(sessionKey: string, events: readonly StoredEvent[]): void
   publishLive(sessionKey: string, frame: LiveFrame): void
+}
+
+/** Rings for drivers: a session's row changed (poke), or it wants driving (wake). */
+export interface Doorbells {
   /** a row change other processes' drivers must look at (cancel, answers, deletion) */
   poke(sessionKey: string): void
   /**
@@ -53,50 +58,39 @@ export interface Bus {
    * settings PATCH answers after it, so a driver elsewhere hears of it as soon as it can)
    */
   pokeNow(sessionKey: string): Promise<void>
-  /** asks whichever worker can to drive the session */
-  wake(sessionKey: string): void
+  /** asks whichever worker can to drive the session; true when a handler here took it */
+  wake(sessionKey: string): boolean
   /** a handler answers true when it took the wake (it holds the session): no other process is asked */
   onWake(handler: (sessionKey: string) => boolean | void): () => void
-  /**
-   * Tells every process that what it caches under `topic` (e.g. `tenant:<id>`) changed: handlers here
-   * run at once; other processes' run when the returned promise resolves or shortly after.
-   */
+}
+
+/** What processes cache: a change under a topic (e.g. `tenant:<id>`) drops it everywhere. */
+export interface Invalidations {
+  /** handlers here run at once; other processes' when the returned promise resolves or shortly after */
   invalidate(topic: string): Promise<void>
   /** sees invalidations of every topic, and null when the cross-process channel dropped (drop all caches) */
-  onInvalidate(handler: (topic: string | null) => void): () => void
+  on(handler: (topic: string | null) => void): () => void
+}
+
+/** Work for the process that holds a session. */
+export interface Commands {
+  /** runs a command where the session is held: this process or another one */
+  run(c: Command, o?: { ackMs?: number; doneMs?: number }): Promise<CommandOutcome>
+  serve(handler: CommandHandler): () => void
+}
+
+export interface Bus {
+  readonly live: LiveFrames
+  readonly doorbells: Doorbells
+  readonly invalidations: Invalidations
+  readonly commands: Commands
   close(): Promise<void>
 }
 
-export class LocalHub implements Bus {
+export class LocalLive implements LiveFrames {
   private readonly sessions = new Map<string, Set<SessionListener>>()
-  private readonly wakeHandlers = new Set<(k: string) => boolean | void>()
-  private readonly commandHandlers = new Set<CommandHandler>()
-
-  onCommand(handler: CommandHandler): () => void {
-    this.commandHandlers.add(handler)
-    return () => this.commandHandlers.delete(handler)
-  }
-
-  /** Runs a command with this process's handlers; undefined when none serves it. */
-  protected runLocal(c: Command): Promise<CommandOutcome> | undefined {
-    for (const h of this.commandHandlers) {
-      const p = h(c)
-      if (p) {
-        return p.then(
-          (result) => ({ ok: true, result }) as CommandOutcome,
-          (e) => ({ ok: false, reason: 'error', error: { code: (e as { code?: string })?.code, message: (e as Error)?.message ?? String(e) } }) as CommandOutcome,
-        )
-      }
-    }
-    return undefined
-  }
-
-  async command(c: Command): Promise<CommandOutcome> {
-    return (await this.runLocal(c)) ?? { ok: false, reason: 'no-holder' }
-  }
   private readonly taps = new Set<(sessionKey: string, frame: LiveFrame) => void>()
 
-  /** Sees every live frame of every session, local or remote, before subscribers do. */
   tap(fn: (sessionKey: string, frame: LiveFrame) => void): () => void {
     this.taps.add(fn)
     return () => this.taps.delete(fn)
@@ -114,7 +108,7 @@ export class LocalHub implements Bus {
     }
   }
 
-  private each(sessionKey: string, fn: (l: SessionListener) => void): void {
+  private listeners(sessionKey: string, fn: (l: SessionListener) => void): void {
     const set = this.sessions.get(sessionKey)
     if (!set) return
     for (const l of [...set]) {
@@ -126,8 +120,16 @@ export class LocalHub implements Bus {
     }
   }
 
+  publishCommit(sessionKey: string, events: readonly StoredEvent[]): void {
+    if (events.length) this.deliverCommit(sessionKey, { seq: events[events.length - 1].seq, events })
+  }
+
+  publishLive(sessionKey: string, frame: LiveFrame): void {
+    this.deliverLive(sessionKey, frame)
+  }
+
   deliverCommit(sessionKey: string, n: CommitNotice): void {
-    this.each(sessionKey, (l) => l.commit?.(n))
+    this.listeners(sessionKey, (l) => l.commit?.(n))
   }
 
   deliverLive(sessionKey: string, frame: LiveFrame): void {
@@ -138,69 +140,38 @@ export class LocalHub implements Bus {
         // a tap's failure is its own
       }
     }
-    this.each(sessionKey, (l) => l.live?.(frame))
+    this.listeners(sessionKey, (l) => l.live?.(frame))
   }
 
+  /** A row change, to the session's subscribers (its driver's watch among them). */
   deliverPoke(sessionKey: string): void {
-    this.each(sessionKey, (l) => l.poke?.())
+    this.listeners(sessionKey, (l) => l.poke?.())
   }
 
-  /** Whether a handler here took the wake. */
-  deliverWake(sessionKey: string): boolean {
-    let taken = false
-    for (const h of [...this.wakeHandlers]) {
-      try {
-        if (h(sessionKey) === true) taken = true
-      } catch {
-        // ignore
-      }
-    }
-    return taken
-  }
-
+  /** Every subscriber re-reads from its last seq. */
   resetAll(): void {
-    for (const key of [...this.sessions.keys()]) this.each(key, (l) => l.reset?.())
-    this.deliverInvalidate(null)
+    for (const key of [...this.sessions.keys()]) this.listeners(key, (l) => l.reset?.())
   }
 
-  private readonly invalidateHandlers = new Set<(topic: string | null) => void>()
-
-  onInvalidate(handler: (topic: string | null) => void): () => void {
-    this.invalidateHandlers.add(handler)
-    return () => this.invalidateHandlers.delete(handler)
+  clear(): void {
+    this.sessions.clear()
   }
+}
 
-  deliverInvalidate(topic: string | null): void {
-    for (const h of [...this.invalidateHandlers]) {
-      try {
-        h(topic)
-      } catch {
-        // a handler's failure is its own
-      }
-    }
-  }
+export class LocalDoorbells implements Doorbells {
+  private readonly wakeHandlers = new Set<(k: string) => boolean | void>()
 
-  async invalidate(topic: string): Promise<void> {
-    this.deliverInvalidate(topic)
-  }
-
-  publishCommit(sessionKey: string, events: readonly StoredEvent[]): void {
-    if (events.length) this.deliverCommit(sessionKey, { seq: events[events.length - 1].seq, events })
-  }
-
-  publishLive(sessionKey: string, frame: LiveFrame): void {
-    this.deliverLive(sessionKey, frame)
-  }
+  /** pokes reach the session's subscribers */
+  constructor(private readonly live: LocalLive) {}
 
   poke(sessionKey: string): void {
-    this.deliverPoke(sessionKey)
+    this.live.deliverPoke(sessionKey)
   }
 
   async pokeNow(sessionKey: string): Promise<void> {
     this.poke(sessionKey)
   }
 
-  /** Whether a handler here took the wake. */
   wake(sessionKey: string): boolean {
     return this.deliverWake(sessionKey)
   }
@@ -210,10 +181,99 @@ export class LocalHub implements Bus {
     return () => this.wakeHandlers.delete(handler)
   }
 
-  async close(): Promise<void> {
-    this.sessions.clear()
+  /** Whether a handler here took the wake. */
+  deliverWake(sessionKey: string): boolean {
+    let taken = false
+    for (const h of [...this.wakeHandlers]) {
+      try {
+        if (h(sessionKey) === true) taken = true
+      } catch {
+        // a handler's failure is its own
+      }
+    }
+    return taken
+  }
+
+  clear(): void {
     this.wakeHandlers.clear()
-    this.invalidateHandlers.clear()
-    this.commandHandlers.clear()
+  }
+}
+
+export class LocalInvalidations implements Invalidations {
+  private readonly handlers = new Set<(topic: string | null) => void>()
+
+  async invalidate(topic: string): Promise<void> {
+    this.deliver(topic)
+  }
+
+  on(handler: (topic: string | null) => void): () => void {
+    this.handlers.add(handler)
+    return () => this.handlers.delete(handler)
+  }
+
+  deliver(topic: string | null): void {
+    for (const h of [...this.handlers]) {
+      try {
+        h(topic)
+      } catch {
+        // a handler's failure is its own
+      }
+    }
+  }
+
+  clear(): void {
+    this.handlers.clear()
+  }
+}
+
+export class LocalCommands implements Commands {
+  private readonly handlers = new Set<CommandHandler>()
+
+  async run(c: Command): Promise<CommandOutcome> {
+    return (await this.runLocal(c)) ?? { ok: false, reason: 'no-holder' }
+  }
+
+  serve(handler: CommandHandler): () => void {
+    this.handlers.add(handler)
+    return () => this.handlers.delete(handler)
+  }
+
+  /** Runs a command with this process's handlers; undefined when none serves it. */
+  runLocal(c: Command): Promise<CommandOutcome> | undefined {
+    for (const h of this.handlers) {
+      const p = h(c)
+      if (p) {
+        return p.then(
+          (result) => ({ ok: true, result }) as CommandOutcome,
+          (e) => ({ ok: false, reason: 'error', error: { code: (e as { code?: string })?.code, message: (e as Error)?.message ?? String(e) } }) as CommandOutcome,
+        )
+      }
+    }
+    return undefined
+  }
+
+  clear(): void {
+    this.handlers.clear()
+  }
+}
+
+/** The bus of a process alone: its parts deliver here only. */
+export class LocalHub implements Bus {
+  readonly live = new LocalLive()
+  readonly doorbells = new LocalDoorbells(this.live)
+  readonly invalidations = new LocalInvalidations()
+  readonly commands = new LocalCommands()
+
+  /** The cross-process channel dropped: subscribers re-read, caches are dropped. */
+  resetAll(): void {
+    this.live.resetAll()
+    this.invalidations.deliver(null)
+  }
+
+  async close(): Promise<void> {
+    this.live.clear()
+    this.doorbells.clear()
+    this.invalidations.clear()
+    this.commands.clear()
   }
 }

@@ -16,8 +16,7 @@
 import crypto from 'node:crypto'
 import pg from 'pg'
 import type { Db } from '../store/index.js'
-import type { StoredEvent } from '../store/index.js'
-import { LocalHub, type Command, type CommandOutcome, type LiveFrame } from './local.js'
+import { LocalHub, type Bus, type Command, type CommandOutcome, type Commands, type Doorbells, type Invalidations, type LiveFrame, type LiveFrames } from './local.js'
 
 const CHANNEL = 'agentd_bus'
 const CH_WAKE = 'agentd_wake'
@@ -50,7 +49,9 @@ export interface PgBusOptions {
   log?: { warn(obj: unknown, msg?: string): void; debug?(obj: unknown, msg?: string): void }
 }
 
-export class PgBus extends LocalHub {
+export class PgBus implements Bus {
+  /** this process's subscribers and handlers; what other processes notify is delivered to them */
+  private readonly local = new LocalHub()
   readonly origin = crypto.randomBytes(6).toString('hex')
   private client: pg.Client | undefined
   private closed = false
@@ -73,7 +74,6 @@ export class PgBus extends LocalHub {
   private readonly heartbeatMs: number
 
   constructor(private readonly o: PgBusOptions) {
-    super()
     this.windowMs = o.windowMs ?? 50
     this.heartbeatMs = o.heartbeatMs ?? HEARTBEAT_MS
   }
@@ -108,7 +108,7 @@ export class PgBus extends LocalHub {
       client.end().catch(() => {})
       if (this.closed) return
       // whatever was notified while we were away is lost: every subscriber re-reads from its seq
-      this.resetAll()
+      this.local.resetAll()
       this.reconnectTimer = setTimeout(() => this.connect().catch(() => {}), 500)
     }
     client.on('error', lost)
@@ -132,7 +132,7 @@ export class PgBus extends LocalHub {
       this.heartbeat = setInterval(() => this.notify(CHANNEL, JSON.stringify({ o: this.origin, hb: 1 })), this.heartbeatMs)
       this.heartbeat.unref()
     }
-    if (this.generation > 1) this.resetAll()
+    if (this.generation > 1) this.local.resetAll()
   }
 
   /** Presence messages of another process. */
@@ -141,7 +141,7 @@ export class PgBus extends LocalHub {
     this.peers.set(m.o, Date.now())
     // from now on its subscribers get our doorbells; what we committed before, it reads on our ack
     if (m.hi || !known) this.notify(CHANNEL, JSON.stringify({ o: this.origin, ack: m.o }))
-    if (m.ack === this.origin) this.resetAll()
+    if (m.ack === this.origin) this.local.resetAll()
   }
 
   /** Drops the listener connection (tests use it to prove subscribers recover). */
@@ -162,7 +162,7 @@ export class PgBus extends LocalHub {
       if (m.cmd) this.serve(m.cmd, m.o)
       else if (m.ack) this.calls.get(m.ack)?.ack()
       else if (m.done) this.calls.get(m.done)?.done(m.out!)
-      else if (m.s) this.deliverWake(m.s)
+      else if (m.s) this.local.doorbells.deliverWake(m.s)
       return
     }
     if (typeof m.o === 'string') {
@@ -170,57 +170,70 @@ export class PgBus extends LocalHub {
       // anything a process sends says it is there
       this.peers.set(m.o, Date.now())
     }
-    for (const [s, f] of m.f ?? []) this.deliverLive(s, f)
-    for (const [s, q] of m.c ?? []) this.deliverCommit(s, { seq: q })
-    for (const s of m.p ?? []) this.deliverPoke(s)
-    for (const t of m.t ?? []) this.deliverInvalidate(t)
+    const live = this.local.live
+    for (const [s, f] of m.f ?? []) live.deliverLive(s, f)
+    for (const [s, q] of m.c ?? []) live.deliverCommit(s, { seq: q })
+    for (const s of m.p ?? []) live.deliverPoke(s)
+    for (const t of m.t ?? []) this.local.invalidations.deliver(t)
   }
 
-  override publishCommit(sessionKey: string, events: readonly StoredEvent[]): void {
-    super.publishCommit(sessionKey, events)
-    if (!events.length || !this.forwarding) return
-    this.commits.set(sessionKey, Math.max(this.commits.get(sessionKey) ?? -1, events[events.length - 1].seq))
-    this.schedule()
+  readonly live: LiveFrames = {
+    tap: (fn) => this.local.live.tap(fn),
+    subscribe: (sessionKey, l) => this.local.live.subscribe(sessionKey, l),
+    publishCommit: (sessionKey, events) => {
+      this.local.live.publishCommit(sessionKey, events)
+      if (!events.length || !this.forwarding) return
+      this.commits.set(sessionKey, Math.max(this.commits.get(sessionKey) ?? -1, events[events.length - 1].seq))
+      this.schedule()
+    },
+    publishLive: (sessionKey, frame) => {
+      this.local.live.publishLive(sessionKey, frame)
+      if (!this.forwarding) return
+      this.frames.push([sessionKey, frame])
+      this.schedule()
+    },
   }
 
-  override publishLive(sessionKey: string, frame: LiveFrame): void {
-    super.publishLive(sessionKey, frame)
-    if (!this.forwarding) return
-    this.frames.push([sessionKey, frame])
-    this.schedule()
+  readonly doorbells: Doorbells = {
+    poke: (sessionKey) => {
+      this.local.doorbells.poke(sessionKey)
+      if (!this.forwarding) return
+      this.pokes.add(sessionKey)
+      this.schedule()
+    },
+    /** Not windowed: the NOTIFY leaves at once, and the promise resolves when it has been sent. */
+    pokeNow: async (sessionKey) => {
+      this.doorbells.poke(sessionKey)
+      this.flush()
+      await this.sending
+    },
+    /**
+     * Other processes hear a wake only when no Agent here took it: the lease holder is the only driver,
+     * so a wake this process's holder took needs nobody else (one NOTIFY per turn fewer). Should the
+     * lease have moved unnoticed, the new holder still wakes on the commit's doorbell.
+     */
+    wake: (sessionKey) => {
+      if (this.local.doorbells.wake(sessionKey)) return true
+      this.notify(CH_WAKE, JSON.stringify({ o: this.origin, s: sessionKey }))
+      return false
+    },
+    onWake: (handler) => this.local.doorbells.onWake(handler),
   }
 
-  override poke(sessionKey: string): void {
-    super.poke(sessionKey)
-    if (!this.forwarding) return
-    this.pokes.add(sessionKey)
-    this.schedule()
+  readonly invalidations: Invalidations = {
+    /** Not windowed: the NOTIFY leaves at once, and the promise resolves when it has been sent. */
+    invalidate: async (topic) => {
+      await this.local.invalidations.invalidate(topic)
+      this.topics.add(topic)
+      this.flush()
+      await this.sending
+    },
+    on: (handler) => this.local.invalidations.on(handler),
   }
 
-  /** Not windowed: the NOTIFY leaves at once, and the promise resolves when it has been sent. */
-  override async pokeNow(sessionKey: string): Promise<void> {
-    this.poke(sessionKey)
-    this.flush()
-    await this.sending
-  }
-
-  /** Not windowed: the NOTIFY leaves at once, and the promise resolves when it has been sent. */
-  override async invalidate(topic: string): Promise<void> {
-    await super.invalidate(topic)
-    this.topics.add(topic)
-    this.flush()
-    await this.sending
-  }
-
-  /**
-   * Other processes hear a wake only when no Agent here took it: the lease holder is the only driver,
-   * so a wake this process's holder took needs nobody else (one NOTIFY per turn fewer). Should the
-   * lease have moved unnoticed, the new holder still wakes on the commit's doorbell.
-   */
-  override wake(sessionKey: string): boolean {
-    if (super.wake(sessionKey)) return true
-    this.notify(CH_WAKE, JSON.stringify({ o: this.origin, s: sessionKey }))
-    return false
+  readonly commands: Commands = {
+    run: (c, o) => this.command(c, o),
+    serve: (handler) => this.local.commands.serve(handler),
   }
 
   private readonly calls = new Map<string, { ack(): void; done(o: CommandOutcome): void }>()
@@ -229,8 +242,8 @@ export class PgBus extends LocalHub {
    * Runs a command here if this process holds the session, else asks the others: the holder
    * acknowledges within ackMs and answers within doneMs; silence means nobody holds it.
    */
-  override async command(c: Command, o: { ackMs?: number; doneMs?: number } = {}): Promise<CommandOutcome> {
-    const local = this.runLocal(c)
+  private async command(c: Command, o: { ackMs?: number; doneMs?: number } = {}): Promise<CommandOutcome> {
+    const local = this.local.commands.runLocal(c)
     if (local) return local
     return new Promise<CommandOutcome>((resolve) => {
       const finish = (out: CommandOutcome) => {
@@ -252,7 +265,7 @@ export class PgBus extends LocalHub {
 
   /** Another process's command: served (acknowledged, then answered) when this process holds the session. */
   private serve(c: Command, from: string): void {
-    const p = this.runLocal(c)
+    const p = this.local.commands.runLocal(c)
     if (!p) return
     this.notify(CH_WAKE, JSON.stringify({ o: this.origin, to: from, ack: c.id }))
     void p.then((out) => this.notify(CH_WAKE, JSON.stringify({ o: this.origin, to: from, done: c.id, out })))
@@ -327,7 +340,7 @@ export class PgBus extends LocalHub {
       })
   }
 
-  override async close(): Promise<void> {
+  async close(): Promise<void> {
     this.flush()
     this.closed = true
     clearTimeout(this.reconnectTimer)
@@ -336,6 +349,6 @@ export class PgBus extends LocalHub {
     const c = this.client
     this.client = undefined
     await c?.end().catch(() => {})
-    await super.close()
+    await this.local.close()
   }
 }

@@ -9,12 +9,13 @@ import { badRequest } from '../errors.js'
 import { tenants, type Db, type Principal, type TenantAccess, type TenantAuth, type TenantCors, type TenantRecord } from '../store/index.js'
 import { checkToolUrl, type HostPolicy, type Resolver } from '../tools/index.js'
 import { IdentityProviders } from './providers.js'
-import { SigningKeys, type Invalidation } from './signing-keys.js'
+import type { Invalidations } from '../bus/index.js'
+import { SigningKeys } from './signing-keys.js'
 import { claimsOf, ISSUER, MAX_TOKEN_LENGTH, mintToken, verifyOwnToken, type MintRequest } from './tokens.js'
 
 export interface CredentialsOptions {
   db: Db
-  bus: Invalidation
+  invalidations: Invalidations
   /** AGENTD_SECRET_KEY, or the embedded database's own key */
   secretKey?: Buffer
   /** AGENTD_TOKEN_KEY_ROTATION_DAYS */
@@ -59,9 +60,9 @@ export class Credentials {
 
   constructor(private readonly o: CredentialsOptions) {
     this.clock = o.clock ?? Date.now
-    this.keys = new SigningKeys({ db: o.db, bus: o.bus, secretKey: o.secretKey, rotationMs: o.rotationDays * 86_400_000, clock: this.clock, reloadIntervalMs: o.keyReloadIntervalMs })
+    this.keys = new SigningKeys({ db: o.db, invalidations: o.invalidations, secretKey: o.secretKey, rotationMs: o.rotationDays * 86_400_000, clock: this.clock, reloadIntervalMs: o.keyReloadIntervalMs })
     this.providers = new IdentityProviders({ db: o.db, policy: o.policy, resolve: o.resolve, clock: this.clock, jwksCacheMaxAgeMs: o.jwksCacheMaxAgeMs })
-    this.off = o.bus.onInvalidate((topic) => {
+    this.off = o.invalidations.on((topic) => {
       if (topic === null) this.forget(null, { providers: true })
       else if (topic.startsWith(ACCESS_TOPIC)) this.forget(topic.slice(ACCESS_TOPIC.length), { providers: true })
     })
@@ -148,7 +149,7 @@ export class Credentials {
     }
     if (!t) return undefined
     this.forget(tenantId, { providers: true })
-    await this.o.bus.invalidate(`${ACCESS_TOPIC}${tenantId}`)
+    await this.o.invalidations.invalidate(`${ACCESS_TOPIC}${tenantId}`)
     return t
   }
 

@@ -6,6 +6,7 @@
 
 import crypto from 'node:crypto'
 import { exportJWK, generateKeyPair, importJWK, type CryptoKey, type JWK } from 'jose'
+import type { Invalidations } from '../bus/index.js'
 import { ApiError } from '../errors.js'
 import { signingKeys, type Db, type SigningKeyRow } from '../store/index.js'
 import { open, seal } from '../tenancy/index.js'
@@ -19,15 +20,10 @@ export const ALG = 'EdDSA'
  * process's key set within it even if its announcement was lost (a process killed before its NOTIFY) */
 const KEYS_TRUST_MS = 60_000
 
-/** The part of the bus the keys use. */
-export interface Invalidation {
-  invalidate(topic: string): Promise<void>
-  onInvalidate(handler: (topic: string | null) => void): () => void
-}
 
 export interface SigningKeysOptions {
   db: Db
-  bus: Invalidation
+  invalidations: Invalidations
   /** seals the private halves; without it agentd mints no token (API.md §13's rule for secrets) */
   secretKey?: Buffer
   /** how long a key signs (AGENTD_TOKEN_KEY_ROTATION_DAYS) */
@@ -57,7 +53,7 @@ export class SigningKeys {
   private readonly off: () => void
 
   constructor(private readonly o: SigningKeysOptions) {
-    this.off = o.bus.onInvalidate((topic) => {
+    this.off = o.invalidations.on((topic) => {
       if (topic === null || topic === KEYS_TOPIC) this.stale = true
     })
   }
@@ -151,7 +147,7 @@ export class SigningKeys {
     const rows = await signingKeys.addSigningKey(this.o.db, now, unopened, () => this.make(secretKey, now))
     await this.replace(rows)
     this.lastLoad = now
-    await this.o.bus.invalidate(KEYS_TOPIC)
+    await this.o.invalidations.invalidate(KEYS_TOPIC)
     const made = await usable()
     if (!made) throw new Error('no signing key opens under AGENTD_SECRET_KEY after making one')
     return made

@@ -5,7 +5,7 @@
 
 import crypto from 'node:crypto'
 import type { Context } from 'cordis'
-import { agentOf, errorChain, newMessageId, type Agent } from '../agent/index.js'
+import { agentOf, errorChain, newMessageId, type Agent, type Compactor } from '../agent/index.js'
 import { assembleBlocks, estimateText, nodeTokens, type ContentBlock, type Json, type LlmCallConfig, type LlmFailure, type Message, type SessionState, type StreamChunk, type SurfaceNode, type TokenUsage } from '../session/index.js'
 import type { LlmRequest, LlmService } from '../llm/index.js'
 import { PRUNER, type Pruner } from './tool-result-pruner.js'
@@ -36,9 +36,15 @@ export const COMPACTION_DEFAULTS: CompactionConfig = {
   auto: true,
 }
 
-export const COMPACTOR = Symbol.for('agentd.compactor')
-/** Manual compaction (SPEC §12.7) as the app calls it: true when something was compacted. */
-export type Compactor = (agent: Agent) => Promise<boolean>
+const COMPACTOR = Symbol.for('agentd.compactor')
+
+/**
+ * Manual compaction (SPEC §12.7) of the plugin applied under this root, if any: true when something
+ * was compacted; AgentBusyError (agent/) when the Agent was not idle.
+ */
+export function compactorOf(root: Context): Compactor | undefined {
+  return (root as unknown as Record<symbol, Compactor | undefined>)[COMPACTOR]
+}
 
 export const SUMMARY_INSTRUCTION =
   'Summarize the conversation so far for your own future use: the goals, decisions, facts learned, tool results that still matter, open questions and what was about to happen next. Be concise and specific. Reply with the summary only.'

@@ -8,7 +8,7 @@ import llmRetry from './llm-retry.js'
 import compaction from './compaction.js'
 import toolResultPruner from './tool-result-pruner.js'
 
-export { COMPACTOR, type Compactor } from './compaction.js'
+export { compactorOf } from './compaction.js'
 
 type PluginObject = { name?: string; apply: (ctx: Context, config?: any) => unknown }
 type PluginFunction = ((ctx: Context, config?: unknown) => unknown) & { name?: string }

@@ -200,7 +200,7 @@ export class SpanFolds {
       })()
       return reading
     }
-    const off = this.deps.feeds.bus.subscribe(row.key, {
+    const off = this.deps.feeds.live.subscribe(row.key, {
       commit: (n) => {
         const events = n.events
         if (events?.length && !reading && events[0].seq <= fold.head + 1) {

@@ -4,7 +4,7 @@
 // the bus, whichever process drives them. A waiting session polls nothing: it waits for this doorbell.
 
 import type { Logger } from 'pino'
-import type { Bus } from '../bus/index.js'
+import type { Doorbells } from '../bus/index.js'
 import { errorChain } from '../session/index.js'
 import { waitersToWake, type Db } from '../store/index.js'
 
@@ -15,7 +15,7 @@ export class SlotBell {
   /** whether a tenant has maxRunningSessions, and when this process learnt it */
   private readonly hints = new Map<string, { limited: boolean; at: number }>()
 
-  constructor(private readonly d: { db: Db; bus: Bus; log: Logger }) {}
+  constructor(private readonly d: { db: Db; doorbells: Doorbells; log: Logger }) {}
 
   /** What this process learnt of a tenant's running limit (a budget check reads it too). */
   learnt(tenantId: string, limited: boolean): void {
@@ -30,7 +30,7 @@ export class SlotBell {
     void waitersToWake(this.d.db, tenantId).then(
       (w) => {
         this.learnt(tenantId, w.limited)
-        for (const key of w.keys) this.d.bus.wake(key)
+        for (const key of w.keys) this.d.doorbells.wake(key)
       },
       (e) => this.d.log.warn({ err: errorChain(e), tenantId }, 'could not ring the sessions waiting for a slot'),
     )

@@ -3,7 +3,7 @@
 // tenant metrics), the admin routes' limits and the usage route's report.
 
 import type { Logger } from 'pino'
-import type { Bus } from '../bus/index.js'
+import type { Doorbells, Invalidations } from '../bus/index.js'
 import type { Metrics } from '../metrics.js'
 import { sumUsage, type LlmFailure, type SessionEvent } from '../session/index.js'
 import { budgetState, tenants, usageReport, type Db, type TenantRecord, type UsageGroup, type UsageRow } from '../store/index.js'
@@ -15,7 +15,9 @@ import { usagePeriod } from './usage.js'
 
 export interface TenancyOptions {
   db: Db
-  bus: Bus
+  invalidations: Invalidations
+  /** slot doorbells: waiting sessions are woken wherever they are driven */
+  doorbells: Doorbells
   log: Logger
   metrics?: Metrics
   /** the tenants of the sessions this process's drivers run a turn for, one per session (a gauge) */
@@ -52,7 +54,7 @@ export class Tenancy {
     this.clock = o.clock ?? systemClock
     this.bell = new SlotBell(o)
     this.metrics = new TenantMetrics(o.metrics, o.running ?? (() => []))
-    o.bus.onInvalidate((topic) => {
+    o.invalidations.on((topic) => {
       if (topic === null) this.forgetAll()
       else if (topic.startsWith(LIMITS_TOPIC)) this.forget(topic.slice(LIMITS_TOPIC.length))
     })
@@ -60,7 +62,7 @@ export class Tenancy {
 
   /** Calls fn when a tenant's limits change in any process (null: the cross-process channel dropped, anything may have). */
   onLimitsChanged(fn: (tenantId: string | null) => void): () => void {
-    return this.o.bus.onInvalidate((topic) => {
+    return this.o.invalidations.on((topic) => {
       if (topic === null) fn(null)
       else if (topic.startsWith(LIMITS_TOPIC)) fn(topic.slice(LIMITS_TOPIC.length))
     })
@@ -133,7 +135,7 @@ export class Tenancy {
     if (!t) return undefined
     // before the answer: once the client has it, no process still skips this tenant's budget read
     this.forget(t.id)
-    await this.o.bus.invalidate(limitsTopic(t.id))
+    await this.o.invalidations.invalidate(limitsTopic(t.id))
     this.metrics.sawLimits(t.id, Object.keys(t.limits).length > 0)
     this.bell.learnt(t.id, t.limits.maxRunningSessions !== undefined)
     if (patch.maxRunningSessions !== undefined) this.bell.ring(t.id, { force: true })

@@ -6,17 +6,16 @@ import crypto from 'node:crypto'
 import os from 'node:os'
 import type { Logger } from 'pino'
 import { Agent, attach, errorChain, type AgentDeps, type AgentHost, type AgentSpec, type Lease } from '../agent/index.js'
-import type { Bus } from '../bus/index.js'
+import type { Doorbells } from '../bus/index.js'
 import { tracingOn } from '../tracing/index.js'
 import { agents, claimLease, getSessionByKey, releaseIfIdle, releaseLease, renewLeases, takeoverCandidates, type Db, type Queryable, type SessionRow } from '../store/index.js'
 import type { KeyedMutex, Publisher } from '../agent/index.js'
 import type { Metrics } from '../metrics.js'
 import type { McpServerSpec, ToolSpec } from '../tools/index.js'
 
-
 export interface HostOptions {
   db: Db
-  bus: Bus
+  doorbells: Doorbells
   publisher: Publisher
   mutex: KeyedMutex
   log: Logger
@@ -68,7 +67,7 @@ export class WorkerHost {
   constructor(private readonly o: HostOptions) {}
 
   start(): void {
-    this.offWake = this.o.bus.onWake((key) => this.onWake(key))
+    this.offWake = this.o.doorbells.onWake((key) => this.onWake(key))
     const renewEvery = Math.max(100, Math.floor(this.o.leaseTtlMs / 3))
     this.timers.push(setInterval(() => void this.renew(), renewEvery))
     this.timers.push(setInterval(() => void this.scan(), this.o.scanMs ?? Math.min(1000, renewEvery)))

@@ -113,7 +113,7 @@ describe('presence on the PostgreSQL bus (pg)', () => {
     await one.start()
     const two = new PgBus({ url: db.url!, db: db.db, heartbeatMs: HEARTBEAT })
     let resets = 0
-    two.subscribe('00000000-0000-4000-8000-000000000000', { reset: () => void resets++ })
+    two.live.subscribe('00000000-0000-4000-8000-000000000000', { reset: () => void resets++ })
     try {
       await two.start()
       // `two` said hi; `one` started forwarding and acknowledged, and `two` re-read on the ack

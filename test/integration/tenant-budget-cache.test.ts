@@ -6,7 +6,7 @@
 
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { LocalHub, PgBus } from '../../src/bus/index.js'
+import { LocalHub, PgBus, type Bus } from '../../src/bus/index.js'
 import type { Db } from '../../src/store/index.js'
 import { periodsAt } from '../../src/tenancy/clock.js'
 import { Tenancy } from '../../src/tenancy/index.js'
@@ -16,6 +16,9 @@ import { countingDb, DB_KINDS, openTestDb, tenantDb, type TestDb } from '../help
 import { d, turnOf, type Ev } from '../helpers/events.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { until } from '../helpers/wait.js'
+
+/** The parts of the bus Tenancy uses. */
+const tenancyBus = (b: Bus) => ({ invalidations: b.invalidations, doorbells: b.doorbells })
 
 const log = pino({ level: 'silent' })
 /** the budget check's read (store/usage.ts budgetState) */
@@ -29,7 +32,7 @@ describe.each(DB_KINDS)('the budget check on %s', (kind) => {
 
   it('reads a tenant without token or cost limits once; after setLimits it reads before every check and refuses; null limits make it read-free again', async () => {
     const c = countingDb(env.db, BUDGET_READ)
-    const tenancy = new Tenancy({ db: c.db, bus: new LocalHub(), log })
+    const tenancy = new Tenancy({ db: c.db, ...tenancyBus(new LocalHub()), log })
     await spend(env.db, env.tenantId, 50)
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
@@ -67,7 +70,7 @@ describe.each(DB_KINDS)('the budget check trusts "no budget" for a while (%s)', 
   it(`reads again after UNBUDGETED_TRUST_MS, so an invalidation lost to a crash delays a new budget by that much at most`, async () => {
     let now = Date.now()
     const c = countingDb(env.db, BUDGET_READ)
-    const tenancy = new Tenancy({ db: c.db, bus: new LocalHub(), log, clock: () => now })
+    const tenancy = new Tenancy({ db: c.db, ...tenancyBus(new LocalHub()), log, clock: () => now })
     await tenancy.checkBudget(env.tenantId)
     now += UNBUDGETED_TRUST_MS - 1000
     await tenancy.checkBudget(env.tenantId)
@@ -100,7 +103,7 @@ describe('the budget check across processes (pg)', () => {
     const bus = new PgBus({ url: testDb.url!, db: testDb.db })
     await bus.start()
     try {
-      const tenancy = new Tenancy({ db: c.db, bus, log })
+      const tenancy = new Tenancy({ db: c.db, ...tenancyBus(bus), log })
       await tenancy.checkBudget(tenantId)
       await tenancy.checkBudget(tenantId)
       expect(c.n()).toBe(1)

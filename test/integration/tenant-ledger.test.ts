@@ -8,12 +8,15 @@ import crypto from 'node:crypto'
 import pino from 'pino'
 import { describe, expect, it } from 'vitest'
 import { KeyedMutex, Publisher, SessionLog } from '../../src/agent/index.js'
-import { LocalHub } from '../../src/bus/index.js'
+import { LocalHub, type Bus } from '../../src/bus/index.js'
 import { createRoot } from '../../src/hooks/index.js'
 import { SessionState, type Draft } from '../../src/session/index.js'
 import { insertSession, lockLean, NOW_MS, stamp, writeEvents } from '../../src/store/index.js'
 import { Tenancy } from '../../src/tenancy/index.js'
 import { DB_KINDS, tenantDb } from '../helpers/db.js'
+
+/** The parts of the bus Tenancy uses. */
+const tenancyBus = (b: Bus) => ({ invalidations: b.invalidations, doorbells: b.doorbells })
 
 describe.each(DB_KINDS)('the usage ledger on %s', (kind) => {
   const env = tenantDb(kind, 'ledger')
@@ -70,7 +73,7 @@ describe.each(DB_KINDS)('the usage ledger on %s', (kind) => {
 
     // the budget on the clock: the day's tokens and the month's cost, each in its own period
     let now = Date.UTC(2031, 0, 31, 12)
-    const tenancy = new Tenancy({ db: env.db, bus: new LocalHub(), log, clock: () => now })
+    const tenancy = new Tenancy({ db: env.db, ...tenancyBus(new LocalHub()), log, clock: () => now })
     await env.db.query('UPDATE tenants SET tokens_per_day = 20, cost_usd_per_month = 0.5 WHERE id = $1', [env.tenantId])
     expect(await tenancy.checkBudget(env.tenantId)).toBeNull()
     now = Date.UTC(2031, 1, 1, 0, 0, 0, 1)
