@@ -1,7 +1,9 @@
 // Fan-out across processes over PostgreSQL LISTEN/NOTIFY (DESIGN.md §3). NOTIFY carries only
 // doorbells {session, seq} and small batches of live frames, never event bodies. Everything a window
 // (~50 ms) collects, across all sessions, goes out as a few NOTIFYs, sent outside any transaction:
-// the rate of NOTIFYs does not grow with the number of sessions or commits.
+// the rate of NOTIFYs does not grow with the number of sessions or commits. PgBus offers the bus's
+// parts (local.ts): each wraps this process's LocalHub part, and all share one LISTEN connection, one
+// window and one presence.
 //
 // Presence: doorbells, live frames and pokes are forwarded only while another agentd process listens
 // on the database. A process alone (the usual single-process deployment) sends none of them; a
