@@ -184,29 +184,33 @@ export class WorkerHost {
       this.o.log.warn({ sessionId: agent.id, reason: e.reason }, 'lease lost; the Agent stopped')
       if (this.held.get(agent.key)?.agent === agent) this.held.delete(agent.key)
     },
-    cannotAppend: (agent) => void this.drop(agent.key, { release: true }),
+    // only the Agent held under its key: a newer one claimed since is not the one that failed
+    cannotAppend: (agent) => {
+      if (this.held.get(agent.key)?.agent === agent) void this.drop(agent.key, { release: true })
+    },
   }
 
-  /** Extends every held lease; any we no longer hold stops its Agent at once. */
+  /**
+   * Extends every held lease; any we no longer hold stops its Agent at once. It judges only the
+   * Agents it asked about: one claimed meanwhile (the session released and claimed again) holds a
+   * newer lease than the answer, and disposing it would end its turn aborted (SPEC §5.7, §19).
+   */
   private renewing = false
 
   private async renew(): Promise<void> {
     if (!this.held.size || this.renewing) return
     this.renewing = true
-    const keys = [...this.held.keys()]
+    const asked = [...this.held]
     try {
       // rows locked in key order, one renewal at a time: no lock cycle with other renewals or appends
-      const still = await renewLeases(this.o.db, keys, this.owner, this.o.leaseTtlMs)
-      for (const key of keys) {
-        const h = this.held.get(key)
-        if (!h) continue
-        if (still.get(key) !== h.agent.lease.token) {
-          const deleted = !(await getSessionByKey(this.o.db, key))
-          h.agent.forgetRow()
-          void h.agent.dispose()
-          this.held.delete(key)
-          this.o.log.warn({ sessionId: h.agent.id, deleted }, deleted ? 'session deleted; its Agent stopped' : 'lease lost at renewal; the Agent stopped')
-        }
+      const still = await renewLeases(this.o.db, asked.map(([key]) => key), this.owner, this.o.leaseTtlMs)
+      for (const [key, h] of asked) {
+        if (this.held.get(key) !== h || still.get(key) === h.agent.lease.token) continue
+        this.held.delete(key)
+        h.agent.forgetRow()
+        void h.agent.dispose()
+        const deleted = !(await getSessionByKey(this.o.db, key))
+        this.o.log.warn({ sessionId: h.agent.id, deleted }, deleted ? 'session deleted; its Agent stopped' : 'lease lost at renewal; the Agent stopped')
       }
     } catch (e) {
       this.o.log.warn({ err: errorChain(e) }, 'lease renewal failed')
