@@ -77,7 +77,7 @@ export class Agent implements Loop {
   private readonly handles = new Handles(this)
   private readonly watch: SessionWatch
   private waking: Promise<void> | undefined
-  /** a durable wake came while one was in flight: look again once it ends (a slot may have freed) */
+  /** a durable wake came while a wake or its driver was in flight: look again once it ends (a slot may have freed) */
   private wakeAgain = false
   private ended = false
   private revision = 0
@@ -285,7 +285,7 @@ export class Agent implements Loop {
       }
       return
     }
-    if (this.waking) this.wakeAgain = true
+    if (this.waking || this.run.phase === 'running') this.wakeAgain = true
     try {
       await this.wake()
     } catch (e) {
@@ -304,16 +304,27 @@ export class Agent implements Loop {
     if (this.run.busy) return Promise.resolve()
     const p = this.wakeOnce().finally(() => {
       if (this.waking === p) this.waking = undefined
-      const again = this.wakeAgain
-      this.wakeAgain = false
-      if (this.run.busy || this.disposed) return
-      // API.md §15: a session that waited for a slot (run state not idle) looks again if rung meanwhile;
-      // one that left without a turn may let a waiting session of its tenant start
-      if (this.sessionLog.row?.runState === 'idle') this.d.tenancy?.leftQueue(this.tenantId)
-      else if (again) void this.wakeDurable()
+      // a driver runs on as the activity: it settles when it leaves (its next turn may find no slot)
+      const driver = this.run.phase === 'running' ? this.run.activity : undefined
+      if (driver) void driver.then(() => this.settle(false))
+      else this.settle(true)
     })
     this.waking = p
     return p
+  }
+
+  /**
+   * A wake, or the driver it started, left. API.md §15: a session still wanted (it waited for a slot)
+   * looks again if rung meanwhile, since the ring may have found it busy; one that left a wake
+   * without a turn may let a waiting session of its tenant start.
+   */
+  private settle(noTurn: boolean): void {
+    const again = this.wakeAgain
+    this.wakeAgain = false
+    if (this.run.busy || this.disposed) return
+    if (this.sessionLog.row?.runState !== 'idle') {
+      if (again) void this.wakeDurable()
+    } else if (noTurn) this.d.tenancy?.leftQueue(this.tenantId)
   }
 
   private wakeOnce(): Promise<void> {
