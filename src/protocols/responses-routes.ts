@@ -13,7 +13,7 @@ import { inputItems, parseResponseId, ResponseProjector, responseId, sseText, to
 import { kindsOf, SpanFold } from './span.js'
 import { followSession, SpanFolds } from './source.js'
 import type { Span } from './items.js'
-import { batch, changeSession, reaches, OpenBody, type HttpDeps, type Subscription } from '../http/index.js'
+import { batch, changeSession, confirmKey, deliverInput, reaches, sessionNamed, OpenBody, type HttpDeps, type Subscription } from '../http/index.js'
 
 /** OpenAI request fields agentd accepts and leaves to the session (sampling, formatting, routing hints). */
 const IGNORED = new Set(['temperature', 'top_p', 'parallel_tool_calls', 'tool_choice', 'text', 'truncation', 'user', 'include', 'service_tier', 'prompt_cache_key', 'safety_identifier', 'top_logprobs', 'stream_options', 'max_tool_calls'])
@@ -241,7 +241,7 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
   const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => folds.until(row, spanId, signal)
 
-  app.post('/responses', { schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
+  app.post('/responses', { config: { inbox: true, bodySession: true }, schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
     const b = (req.body ?? {}) as Record<string, unknown>
     if (typeof b !== 'object' || Array.isArray(b)) throw bad('the body must be an object', '')
     for (const k of Object.keys(b)) if (!FIELDS.has(k) && !IGNORED.has(k)) throw bad(`unknown field ${k}`, k)
@@ -254,7 +254,6 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     const input = parseInput(b.input)
     if (!input.content && !input.answers.length) throw bad('input has nothing to send', 'input')
     const { settings, agent } = parseSettings(b)
-    const tenantId = req.principal!.tenantId
 
     // which session (nothing is written before every check passed)
     let row: SessionRow | undefined
@@ -263,20 +262,25 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     if (conv !== undefined) {
       const id = typeof conv === 'string' ? conv : typeof conv?.id === 'string' ? conv.id : undefined
       if (!id) throw bad('conversation must be an id or {id}', 'conversation')
-      // with its pending input, for the delivery to plan on (as the native routes' authentication reads it)
-      row = await getSession(deps.db, tenantId, id, { inbox: true })
+      // with its pending input, for the delivery to plan on, and with the key when that was not read
+      // yet: one statement, as a native input route's authentication reads both
+      row = (await sessionNamed(req, deps, id)) ?? undefined
       if (!row || !reachable(req, row)) throw notFound(`conversation ${id}`)
-    } else if (typeof b.previous_response_id === 'string') {
-      const found = await findResponse(deps, req, b.previous_response_id, true)
-      row = found.row
-      const fold = await foldOf(deps, row)
-      const span = fold.get(found.spanId)
-      if (!span) throw notFound(`response ${b.previous_response_id}`)
-      if (fold.latest?.id !== span.id) {
-        if (!span.ended) throw bad(`response ${b.previous_response_id} is still in progress`, 'previous_response_id')
-        forkAt = span.lastSeq
-      }
-    } else if (b.previous_response_id !== undefined && b.previous_response_id !== null) throw bad('previous_response_id must be a string', 'previous_response_id')
+    } else {
+      await confirmKey(req)
+      if (typeof b.previous_response_id === 'string') {
+        const found = await findResponse(deps, req, b.previous_response_id, true)
+        row = found.row
+        const fold = await foldOf(deps, row)
+        const span = fold.get(found.spanId)
+        if (!span) throw notFound(`response ${b.previous_response_id}`)
+        if (fold.latest?.id !== span.id) {
+          if (!span.ended) throw bad(`response ${b.previous_response_id} is still in progress`, 'previous_response_id')
+          forkAt = span.lastSeq
+        }
+      } else if (b.previous_response_id !== undefined && b.previous_response_id !== null) throw bad('previous_response_id must be a string', 'previous_response_id')
+    }
+    const tenantId = req.principal!.tenantId
     if (row && agent !== undefined && row.agent?.id !== agent.split('@')[0]) throw bad(`model agent:${agent} names another agent than the conversation's`, 'model')
     if (input.answers.length) {
       if (!row || forkAt !== undefined) throw bad(`call ${input.answers[0].callId} is not pending`, input.answers[0].param)
@@ -310,16 +314,17 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     const follower = b.stream !== true && b.background !== true ? await folds.follow(row) : undefined
     try {
       // the input, through the native inbox and answers
+      const idempotent = (m: UserMessage) => (header !== undefined ? { idempotency: { bodyHash: bodyHash('followup', { content: m.content }) } } : {})
       let spanId: string
       if (input.answers.length) {
         const fold = await foldOf(deps, row)
         const w = fold.waiting
         spanId = w ? SpanFold.answerId(w.seq) : (fold.open?.id ?? '')
         for (const a of input.answers) await deps.intake.answer(row, a.callId, a.kind, a.answer)
-        if (message) await deps.intake.deliver(row, 'followup', message, header !== undefined ? { bodyHash: bodyHash('followup', { content: message.content }) } : undefined)
+        if (message) await deliverInput(deps, req, { row, route: 'followup', message, ...idempotent(message) })
         if (!spanId) throw new ApiError('internal', 'the answered calls belong to no span')
       } else {
-        const accepted = await deps.intake.deliver(row, 'followup', message!, header !== undefined ? { bodyHash: bodyHash('followup', { content: message!.content }) } : undefined)
+        const accepted = await deliverInput(deps, req, { row, route: 'followup', message: message!, ...idempotent(message!) })
         spanId = SpanFold.inputId(accepted.seq)
       }
 
