@@ -284,7 +284,7 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
       // input to a session this process drives (or, `bodySession`, to a session the body names), by a
       // key it knows: nothing is read now. The delivery confirms the key in its own statement
       // (deliver.ts); a route that reads its session first reads the key with it (session.ts
-      // confirmKey); any other answer reads the key first (errors.ts)
+      // sessionNamed); any other answer reads the key first (confirmKey, errors.ts)
       const known = facts.inbox && (sessionId !== undefined || facts.bodySession) ? cache.get(id) : undefined
       if (known && (sessionId === undefined || deps.intake.drivesLocally(sessionId, known.tenantId))) {
         p = req.principal = known
