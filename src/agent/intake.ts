@@ -32,6 +32,28 @@ export interface LocalAgents {
 
 export const bodyHash = (route: string, body: unknown) => crypto.createHash('sha256').update(`${route}\n${canonicalJson(body)}`).digest('hex')
 
+/** A delivery (API.md §5): what goes into a session's inbox, by whichever route (Intake.deliver). */
+export interface Delivery {
+  /** the session: its row as read (with its inbox, when read with it), or only its id when nothing was read for the request */
+  session: SessionRow | UnreadSession
+  route: DeliveryRoute
+  message: UserMessage
+  /** the client named the message (API.md §5): its idempotency record rides with the delivery */
+  idempotency?: { bodyHash: string }
+}
+
+/** A session a request names but did not read, nor (keyId) the key it came with. */
+export interface UnreadSession {
+  id: string
+  tenantId: string
+  /** the request's API key, confirmed in the delivery's own statement (none: a token, verified already) */
+  keyId?: string
+  /** reads what was skipped, as the request's authentication would have (401, 404): the session's row */
+  load(): Promise<SessionRow>
+}
+
+const isUnread = (s: SessionRow | UnreadSession): s is UnreadSession => typeof (s as UnreadSession).load === 'function'
+
 interface Locked<T> {
   result: T
   events?: StoredEvent[]
@@ -71,16 +93,37 @@ export class Intake {
   }
 
   /**
-   * Delivery (API.md §5, SPEC §4.4). With `idempotency` (the client named the message), the same id
-   * and body answer the original {messageId, seq}; another body or route is 409. The common case
-   * takes two statements: an optimistic read of the row, then one append conditioned on what was read;
-   * one, when the caller read the row with its inbox already (the HTTP delivery routes read it with the
-   * key): the first attempt plans on that, and a row that moved since fails the append's condition.
+   * The one entry into a session's inbox (API.md §5, SPEC §4.4), whatever the route: the native input
+   * routes, the WebSocket's ops and the client protocols (§17) all come here. With `idempotency` (the
+   * client named the message), the same id and body answer the original {messageId, seq}; another body
+   * or route is 409.
+   *
+   * How many statements it takes is decided here, and nowhere else:
+   * - a session named by id only (nothing was read for the request) that this process drives: ONE
+   *   statement, planned on the driver's folded log and the row flags it last saw instead of reading
+   *   the row, conditioned besides the seq and the flags on the request's key still existing unrevoked
+   *   (side row 'key-live'; API.md §3: a revoked key is refused at once although nothing was read).
+   *   Anything off — not driven here, another tenant's, a stale view, the key gone, a replay of a named
+   *   message — and `load` reads what was skipped (the key, the session), then as below;
+   * - a row read with its inbox: one statement, planned on it (a row that moved since fails the
+   *   append's condition and is read again); a row without: an optimistic read, then one append;
+   * - when optimism keeps losing races: the same delivery under the row lock.
    */
-  async deliver(row: SessionRow, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<Accepted & { replayed: boolean }> {
-    const { key, id } = row
+  async deliver(d: Delivery): Promise<Accepted & { replayed: boolean }> {
     // API.md §19: the request queueing it travels with the durable input, for the turn that claims it
-    message = stampTraceparent(message)
+    const message = stampTraceparent(d.message)
+    let row = d.session
+    if (isUnread(row)) {
+      const local = await this.deliverLocal(row, d.route, message, d.idempotency)
+      if (local) return local
+      row = await row.load()
+    }
+    return this.deliverRow(row, d.route, message, d.idempotency)
+  }
+
+  /** A delivery to a session as read: optimistic, then locked. */
+  private async deliverRow(row: SessionRow, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<Accepted & { replayed: boolean }> {
+    const { key, id } = row
     if (this.d.publisher.isPublishing(key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     let preloaded = row.inbox ? { ...row, inbox: structuredClone(row.inbox) } : undefined
     return this.d.mutex.run(key, async () => {
@@ -99,7 +142,7 @@ export class Intake {
     })
   }
 
-  /** Whether this process drives session `id` of this tenant (a delivery to it may go by deliverLocal). */
+  /** Whether this process drives session `id` of this tenant (a delivery naming it by id may take one statement). */
   drivesLocally(sessionId: string, tenantId: string): boolean {
     return this.localKey(sessionId, tenantId) !== undefined
   }
@@ -110,19 +153,10 @@ export class Intake {
     return agent?.tenantId === tenantId ? agent.key : undefined
   }
 
-  /**
-   * A delivery to a session this process drives, by a key the process authenticated before and has not
-   * read again, or by a token it verified (API.md §18: no key to confirm): ONE statement. It plans on
-   * the driver's folded log and the row flags it last saw instead of reading the row, and its append is
-   * conditioned, besides the seq and the flags, on the key still existing unrevoked (side row
-   * 'key-live'), so a revoked key is refused at once even though nothing was read (API.md §3). Answers null when anything is off — the session is not driven
-   * here, belongs to another tenant, its view is stale, the key is gone, or the message is a replay of
-   * a named one — and the caller authenticates against the database and delivers as usual.
-   */
-  async deliverLocal(sessionId: string, tenantId: string, keyId: string | undefined, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<(Accepted & { replayed: boolean }) | null> {
-    message = stampTraceparent(message)
-    const agent = this.d.agents?.local?.(sessionId)
-    if (!agent || agent.tenantId !== tenantId) return null
+  /** The one-statement delivery of deliver(), planned on the driver's view; null when anything is off. */
+  private async deliverLocal(s: UnreadSession, route: DeliveryRoute, message: UserMessage, idempotency?: { bodyHash: string }): Promise<(Accepted & { replayed: boolean }) | null> {
+    const agent = this.d.agents?.local?.(s.id)
+    if (!agent || agent.tenantId !== s.tenantId) return null
     const { key } = agent
     if (this.d.publisher.isPublishing(key)) throw new Error('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     return this.d.mutex.run(key, async () => {
@@ -130,7 +164,7 @@ export class Intake {
       if (!snap) return null
       // a replay answers from the record, with no statement to confirm the key in: the usual path
       if (idempotency && (await findIdempotency(this.d.db, key, message.id))) return null
-      return this.appendDelivery(key, sessionId, snap, route, message, idempotency, keyId === undefined ? [] : [{ kind: 'key-live', keyId }])
+      return this.appendDelivery(key, s.id, snap, route, message, idempotency, s.keyId === undefined ? [] : [{ kind: 'key-live', keyId: s.keyId }])
     })
   }
 

@@ -43,7 +43,7 @@ class RateLimiter {
 
 /**
  * Principals this process authenticated, by the SHA-256 of their key (never the key itself), for
- * deliveries to the sessions it drives (intake.ts deliverLocal): such a delivery is not preceded by a
+ * deliveries to the sessions it drives (intake.ts deliver, by id): such a delivery is not preceded by a
  * read of the key, it confirms the key in its own statement, and any answer but its success reads the
  * key first (req.deferredKey: session.ts confirmKey, errors.ts handleError). Nothing else is answered
  * from this cache. An entry lives a minute, and a tenant's changed limits (its requestsPerMin) drop its
@@ -163,14 +163,13 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
   if (off) scope.addHook('onClose', async () => off())
 
   /**
-   * Reads the key (and, on a session route, the session with it: session.ts takes it from there),
-   * sets req.principal, and remembers the principal for deliveries (PrincipalCache).
+   * Reads the key (and, with `sessionId`, the session with it: session.ts takes it from there), sets
+   * req.principal, and remembers the principal for deliveries (PrincipalCache).
    */
-  const authenticate = async (req: FastifyRequest, token: string, id: string): Promise<Principal> => {
+  const authenticate = async (req: FastifyRequest, token: string, id: string, sessionId: string | undefined): Promise<Principal> => {
     const facts = req.routeOptions.config
-    const sessionId = facts.session ? (req.params as { id?: unknown } | undefined)?.id : undefined
     let p: Principal | null
-    if (typeof sessionId === 'string') {
+    if (sessionId !== undefined) {
       const a = await tenants.authenticateWithSession(deps.db, token, sessionId, { inbox: facts.inbox === true })
       p = a?.principal ?? null
       if (a) req.preloadedSession = a.session
@@ -225,7 +224,7 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
 
   /**
    * Whether a token's delivery to session `id` may go without reading the session (as a known key's
-   * does, intake.deliverLocal): this process drives it, and the token reaches it by what memory holds.
+   * does, intake.ts deliver): this process drives it, and the token reaches it by what memory holds.
    */
   const reachesLocally = (p: Principal, sessionId: string): boolean => {
     const g = p.grant!
@@ -282,21 +281,23 @@ export const authPlugin = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
       } else if (sessionId !== undefined) await loadReached(req, p, sessionId)
     } else {
       const id = facts.inbox ? PrincipalCache.id(token) : ''
-      // a delivery to a session this process drives, by a key it knows: nothing is read now; the
-      // delivery confirms the key in its own statement, and any other answer reads the key first
-      const known = facts.inbox && sessionId !== undefined ? cache.get(id) : undefined
-      if (known && deps.intake.drivesLocally(sessionId!, known.tenantId)) {
+      // input to a session this process drives (or, `bodySession`, to a session the body names), by a
+      // key it knows: nothing is read now. The delivery confirms the key in its own statement
+      // (deliver.ts); a route that reads its session first reads the key with it (session.ts
+      // sessionNamed); any other answer reads the key first (confirmKey, errors.ts)
+      const known = facts.inbox && (sessionId !== undefined || facts.bodySession) ? cache.get(id) : undefined
+      if (known && (sessionId === undefined || deps.intake.drivesLocally(sessionId, known.tenantId))) {
         p = req.principal = known
         req.deferredKey = {
           keyId: known.keyId,
-          confirm: async () => {
+          confirm: async (named?: string) => {
             req.deferredKey = undefined
             req.principal = undefined
-            await authenticate(req, token, id)
-            if (req.preloadedSession === null) throw sessionNotFound(sessionId!)
+            await authenticate(req, token, id, sessionId ?? named)
+            if (sessionId !== undefined && req.preloadedSession === null) throw sessionNotFound(sessionId)
           },
         }
-      } else p = await authenticate(req, token, id)
+      } else p = await authenticate(req, token, id, sessionId)
       await checkOrigin(req, p)
     }
     if (!facts.unlimited) {

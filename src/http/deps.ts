@@ -79,8 +79,10 @@ export interface RouteFacts {
   createsSession?: boolean
   /** `:id` is a session the caller reaches (its tenant's; a token's own, API.md §18), loaded into req.session before validation (404 otherwise) */
   session?: boolean
-  /** with `session`: the session's pending input is read with it, for the delivery to plan on (intake.ts) */
+  /** with `session` (or `bodySession`): the session's pending input is read with it, for the delivery to plan on (intake.ts) */
   inbox?: boolean
+  /** with `inbox`: the body names the session input goes to (the Responses route's conversation); the route reads it with session.ts sessionNamed */
+  bodySession?: boolean
   /** every body field is optional, so no body at all reads as {} (API.md §10) */
   optionalBody?: boolean
   /** answers text/event-stream (openapi.json) */
@@ -104,8 +106,8 @@ declare module 'fastify' {
      * set when the auth hook took the principal from its cache for a delivery to a session this
      * process drives (auth.ts): the delivery confirms the key in its statement (a token's, verified
      * already, needs none: keyId undefined); `confirm` reads the key and the session as the hook would
-     * have, before any other answer
+     * have (`named`: with the session a `bodySession` route's body names), before any other answer
      */
-    deferredKey?: { keyId?: string; confirm(): Promise<void> }
+    deferredKey?: { keyId?: string; confirm(named?: string): Promise<void> }
   }
 }

@@ -5,7 +5,8 @@ import { badRequest } from '../errors.js'
 import { bodyHash, idempotencyMessageId, toUserMessage, type DeliveryRoute } from '../agent/index.js'
 import { readInbox } from '../store/index.js'
 import type { HttpDeps } from './deps.js'
-import { confirmKey, sessionOf } from './session.js'
+import { deliverInput } from './deliver.js'
+import { sessionOf } from './session.js'
 import * as S from './schemas.js'
 
 const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
@@ -24,15 +25,7 @@ export async function inboxRoutes(app: FastifyInstance, deps: HttpDeps): Promise
       }
       const message = toUserMessage({ content: body.content }, { kind: 'user' }, id)
       const idempotency = id !== undefined ? { bodyHash: bodyHash(route, { content: body.content }) } : undefined
-      // one statement when this process drives the session and knows the key (auth.ts); else, or when
-      // that statement's conditions fail, the key and the session are read and the delivery goes as usual
-      const deferred = req.deferredKey
-      let accepted = deferred ? await deps.intake.deliverLocal((req.params as { id: string }).id, req.principal!.tenantId, deferred.keyId, route, message, idempotency) : null
-      if (accepted) req.deferredKey = undefined
-      else {
-        await confirmKey(req)
-        accepted = await deps.intake.deliver(sessionOf(req), route, message, idempotency)
-      }
+      const accepted = await deliverInput(deps, req, { route, message, ...(idempotency ? { idempotency } : {}) })
       return reply.code(202).type('application/json').send(json({ messageId: accepted.messageId, seq: accepted.seq }))
     })
   }

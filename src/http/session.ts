@@ -25,6 +25,18 @@ export async function confirmKey(req: FastifyRequest): Promise<void> {
   if (req.routeOptions.config.session) req.session = req.preloadedSession!
 }
 
+/**
+ * The session a `bodySession` route's body names (the Responses route's conversation), of the caller's
+ * tenant, with its pending input: read together with the key when the auth hook did not read that
+ * (one statement, as a native input route's authentication reads both). Null: the tenant has none.
+ */
+export async function sessionNamed(req: FastifyRequest, deps: HttpDeps, id: string): Promise<SessionRow | null> {
+  const d = req.deferredKey
+  if (!d) return (await getSession(deps.db, req.principal!.tenantId, id, { inbox: true })) ?? null
+  await d.confirm(id)
+  return req.preloadedSession ?? null
+}
+
 export const sessionLoading = fp(async (scope: FastifyInstance, deps: HttpDeps) => {
   scope.addHook('preValidation', async (req) => {
     // a delivery whose key is confirmed in its own statement loads nothing now (auth.ts, inbox.ts)

@@ -11,6 +11,7 @@ import { requireAccess } from './auth.js'
 import { toApiError } from './errors.js'
 import { batch, parseAfter, SLOW_CONSUMER, sseDurable, sseLive, subscribe, wsDurable, wsLive, type Subscription, type Transport } from './feed.js'
 import { sessionOf } from './session.js'
+import { deliverInput } from './deliver.js'
 import * as S from './schemas.js'
 
 const facts = { session: true, queryToken: true, unlimited: true } as const
@@ -165,7 +166,7 @@ export async function streamRoutes(app: FastifyInstance, deps: HttpDeps): Promis
         // toUserMessage refuses bad content and text PostgreSQL cannot store, as the HTTP routes do
         const message = toUserMessage({ content: msg.content }, { kind: 'user' }, msg.id as string | undefined)
         const route = msg.op as DeliveryRoute
-        const r = await deps.intake.deliver(row, route, message, msg.id !== undefined ? { bodyHash: bodyHash(route, { content: msg.content }) } : undefined)
+        const r = await deliverInput(deps, req, { row, route, message, ...(msg.id !== undefined ? { idempotency: { bodyHash: bodyHash(route, { content: msg.content }) } } : {}) })
         answer({ event: 'ack', data: { op: route, messageId: r.messageId, seq: r.seq } })
       }
       void stream.start()

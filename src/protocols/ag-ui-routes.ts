@@ -12,7 +12,7 @@ import { admittedIds, agUiMessages, AgUiRun, type AgUiEvent } from './ag-ui.js'
 import { foldSpans, kindsOf, SpanFold } from './span.js'
 import { followSession } from './source.js'
 import { chatSession } from './ui-routes.js'
-import { parseAfter, schemas as S, type Subscription, type HttpDeps } from '../http/index.js'
+import { deliverInput, parseAfter, schemas as S, type Subscription, type HttpDeps } from '../http/index.js'
 
 const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 const AgentParams = { type: 'object', properties: { agentId: { type: 'string' } }, required: ['agentId'] } as const
@@ -183,9 +183,9 @@ export async function agUiRoutes(app: FastifyInstance, deps: HttpDeps): Promise<
       if (!w) throw bad('the thread waits on nothing', 'body')
       spanId = SpanFold.answerId(w.seq)
       for (const a of answers) await deps.intake.answer(row, a.callId, a.kind, a.answer)
-      if (message) await deps.intake.deliver(row, 'followup', message, { bodyHash: bodyHash('followup', { content: message.content }) })
+      if (message) await deliverInput(deps, req, { row, route: 'followup', message, idempotency: { bodyHash: bodyHash('followup', { content: message.content }) } })
     } else {
-      const accepted = await deps.intake.deliver(row, 'followup', message!, { bodyHash: bodyHash('followup', { content: message!.content }) })
+      const accepted = await deliverInput(deps, req, { row, route: 'followup', message: message!, idempotency: { bodyHash: bodyHash('followup', { content: message!.content }) } })
       spanId = SpanFold.inputId(accepted.seq)
     }
     return stream(req, reply, row, input.threadId, input.runId, spanId, after)

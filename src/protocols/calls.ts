@@ -7,7 +7,7 @@ import { ApiError, sessionNotFound } from '../errors.js'
 import { bodyHash, idempotencyMessageId, normalizeContent, toUserMessage, type Accepted } from '../agent/index.js'
 import { getPending, getSession, type Principal, type SessionRow } from '../store/index.js'
 import type { ContentBlock } from '../session/index.js'
-import { reaches, tokenRefusal, type HttpDeps } from '../http/index.js'
+import { deliverInput, reaches, tokenRefusal, type HttpDeps } from '../http/index.js'
 
 /** A token's refusal of an operation that needs `write` (API.md §18): a read-only token cannot send. */
 export function requireWrite(p: Principal): void {
@@ -59,7 +59,7 @@ export async function sendFollowup(deps: HttpDeps, row: SessionRow, content: str
   const id = o.messageId ?? (o.idempotencyKey !== undefined ? idempotencyMessageId(o.idempotencyKey) : undefined)
   const message = toUserMessage({ content }, { kind: 'user' }, id)
   const idempotency = id !== undefined ? { bodyHash: bodyHash('followup', { content }) } : undefined
-  return deps.intake.deliver(row, 'followup', message, idempotency)
+  return deliverInput(deps, undefined, { row, route: 'followup', message, ...(idempotency ? { idempotency } : {}) })
 }
 
 /** Answers a pending call (API.md §7): an approval by a decision, a `client` call by its result. */

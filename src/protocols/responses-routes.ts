@@ -1,149 +1,20 @@
-// The OpenAI Responses and Conversations routes (API.md §17.1): a thin plugin over the projection
-// (responses.ts) and the core (span.ts, source.ts). Input goes through the native inbox entry
-// (Intake.deliver, as POST …/followup) and the native answers (Intake.answer, as …/tool-results and
+// The OpenAI Responses and Conversations routes (API.md §17.1): a thin plugin over the request's
+// parsing (responses-input.ts), the projection (responses.ts) and the core (span.ts, source.ts). Input
+// goes through the native inbox entry (http deliverInput, as POST …/followup) and the native answers (Intake.answer, as …/tool-results and
 // …/approvals); differing settings through the PATCH's own code (changeSession); a response is read
 // by folding the session's log. Errors leave in OpenAI's shape {error: {message, type, param, code}}.
 
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { ApiError, badRequest } from '../errors.js'
-import { bodyHash, idempotencyMessageId, type SettingsInput } from '../agent/index.js'
-import { canonicalJson, normalizeContent, toUserMessage, type ContentBlock, type JsonObject, type UserMessage } from '../session/index.js'
+import { ApiError } from '../errors.js'
+import { bad, differing, FIELDS, IGNORED, notFound, openaiErrorBody, parseInput, parseSettings } from './responses-input.js'
+import { bodyHash, idempotencyMessageId } from '../agent/index.js'
+import { toUserMessage, type JsonObject, type UserMessage } from '../session/index.js'
 import { deleteSession, getSession, listPending, type SessionRow } from '../store/index.js'
 import { inputItems, parseResponseId, ResponseProjector, responseId, sseText, toResponse } from './responses.js'
 import { kindsOf, SpanFold } from './span.js'
 import { followSession, SpanFolds } from './source.js'
 import type { Span } from './items.js'
-import { batch, changeSession, reaches, OpenBody, type HttpDeps, type Subscription } from '../http/index.js'
-
-/** OpenAI request fields agentd accepts and leaves to the session (sampling, formatting, routing hints). */
-const IGNORED = new Set(['temperature', 'top_p', 'parallel_tool_calls', 'tool_choice', 'text', 'truncation', 'user', 'include', 'service_tier', 'prompt_cache_key', 'safety_identifier', 'top_logprobs', 'stream_options', 'max_tool_calls'])
-const FIELDS = new Set(['model', 'input', 'instructions', 'tools', 'max_output_tokens', 'reasoning', 'conversation', 'previous_response_id', 'store', 'stream', 'background', 'metadata'])
-
-const bad = (message: string, param: string) => badRequest(message, [{ path: param, message }])
-const notFound = (what: string) => new ApiError('not-found', `${what} not found`)
-
-/** OpenAI's error `type` for a status. */
-function errorType(status: number): string {
-  if (status === 401) return 'authentication_error'
-  if (status === 403) return 'permission_error'
-  if (status === 429) return 'rate_limit_error'
-  if (status >= 500) return 'server_error'
-  return 'invalid_request_error'
-}
-
-/** An agentd error body (API.md §10) as OpenAI's. */
-export function openaiErrorBody(status: number, payload: string): string {
-  let parsed: { error?: { code?: string; message?: string; details?: Array<{ path?: string }> } }
-  try {
-    parsed = JSON.parse(payload)
-  } catch {
-    return payload
-  }
-  const e = parsed?.error
-  if (!e || typeof e.message !== 'string') return payload
-  const param = e.details?.[0]?.path ? String(e.details[0].path).replace(/^body\./, '') || null : null
-  return JSON.stringify({ error: { message: e.message, type: errorType(status), param, code: e.code ?? null } })
-}
-
-interface ParsedInput {
-  content?: ContentBlock[]
-  answers: Array<{ callId: string; kind: 'client' | 'approval'; answer: unknown; param: string }>
-}
-
-function contentPart(p: unknown, at: string): ContentBlock {
-  const o = p as Record<string, unknown>
-  if (!o || typeof o !== 'object') throw bad('a content part must be an object', at)
-  if (o.type === 'input_text' && typeof o.text === 'string') return { type: 'text', text: o.text }
-  if (o.type === 'input_image' && typeof o.image_url === 'string') {
-    const m = /^data:([^;,]+);base64,(.*)$/s.exec(o.image_url)
-    return m ? { type: 'image', mimeType: m[1], data: m[2] } : { type: 'image', url: o.image_url }
-  }
-  throw bad(`content part type ${JSON.stringify(o.type)} is not supported (input_text, input_image)`, at)
-}
-
-/** API.md §17.1 Input: user message parts (one followup), function_call_output and mcp_approval_response items. */
-function parseInput(input: unknown): ParsedInput {
-  if (typeof input === 'string') return { content: normalizeContent(input, 'input'), answers: [] }
-  if (!Array.isArray(input)) throw bad('input must be a string or a list of items', 'input')
-  const parts: ContentBlock[] = []
-  const answers: ParsedInput['answers'] = []
-  input.forEach((raw, i) => {
-    const at = `input[${i}]`
-    const it = raw as Record<string, unknown>
-    if (!it || typeof it !== 'object' || Array.isArray(it)) throw bad('an input item must be an object', at)
-    const type = it.type ?? (it.role !== undefined ? 'message' : undefined)
-    if (type === 'message') {
-      if (it.role !== 'user') throw bad(`input messages of role ${JSON.stringify(it.role)} are not accepted: agentd keeps the history itself`, `${at}.role`)
-      if (typeof it.content === 'string') parts.push({ type: 'text', text: it.content })
-      else if (Array.isArray(it.content)) it.content.forEach((p, j) => parts.push(contentPart(p, `${at}.content[${j}]`)))
-      else throw bad('content must be a string or a list of parts', `${at}.content`)
-    } else if (type === 'function_call_output') {
-      if (typeof it.call_id !== 'string' || !it.call_id) throw bad('call_id must be a string', `${at}.call_id`)
-      const out = it.output
-      const content = typeof out === 'string' ? normalizeContent(out === '' ? [] : out, `${at}.output`) : Array.isArray(out) ? out.map((p, j) => contentPart(p, `${at}.output[${j}]`)) : undefined
-      if (!content) throw bad('output must be a string or a list of parts', `${at}.output`)
-      answers.push({ callId: it.call_id, kind: 'client', answer: { content, isError: false }, param: `${at}.call_id` })
-    } else if (type === 'mcp_approval_response') {
-      if (typeof it.approval_request_id !== 'string' || !it.approval_request_id) throw bad('approval_request_id must be a string', `${at}.approval_request_id`)
-      if (typeof it.approve !== 'boolean') throw bad('approve must be a boolean', `${at}.approve`)
-      const answer: { decision: string; reason?: string } = { decision: it.approve ? 'allow' : 'deny' }
-      if (typeof it.reason === 'string' && it.reason) answer.reason = it.reason
-      answers.push({ callId: it.approval_request_id, kind: 'approval', answer, param: `${at}.approval_request_id` })
-    } else throw bad(`input items of type ${JSON.stringify(type)} are not accepted: agentd keeps the history itself`, `${at}.type`)
-  })
-  const content = parts.length ? normalizeContent(parts, 'input') : undefined
-  return { content, answers }
-}
-
-/** API.md §17.1 Settings, as session settings (SettingsInput) and the agent a `model` of `agent:<id>` names. */
-function parseSettings(b: Record<string, unknown>): { settings: SettingsInput; agent?: string } {
-  const settings: SettingsInput = {}
-  let agent: string | undefined
-  if (b.model !== undefined) {
-    if (typeof b.model !== 'string' || !b.model) throw bad('model must be a string', 'model')
-    if (b.model.startsWith('agent:')) agent = b.model.slice(6)
-    else settings.model = b.model
-  }
-  if (b.instructions !== undefined && b.instructions !== null) {
-    if (typeof b.instructions !== 'string') throw bad('instructions must be a string', 'instructions')
-    settings.system = b.instructions
-  }
-  if (b.tools !== undefined) {
-    if (!Array.isArray(b.tools)) throw bad('tools must be a list', 'tools')
-    settings.tools = b.tools.map((t, i) => {
-      const o = t as Record<string, unknown>
-      if (!o || o.type !== 'function') throw bad(`tools of type ${JSON.stringify(o?.type)} are not supported: only function tools (client tools)`, `tools[${i}].type`)
-      if (typeof o.name !== 'string') throw bad('a function tool needs a name', `tools[${i}].name`)
-      const spec: JsonObject = { name: o.name, description: typeof o.description === 'string' ? o.description : '', parameters: (o.parameters as JsonObject) ?? { type: 'object', properties: {} }, execution: { type: 'client' } }
-      return spec
-    })
-  }
-  if (b.max_output_tokens !== undefined && b.max_output_tokens !== null) {
-    if (!Number.isInteger(b.max_output_tokens) || (b.max_output_tokens as number) < 1) throw bad('max_output_tokens must be a positive integer', 'max_output_tokens')
-    settings.maxTokens = b.max_output_tokens as number
-  }
-  const effort = (b.reasoning as { effort?: unknown } | undefined)?.effort
-  if (effort !== undefined && effort !== null) {
-    if (typeof effort !== 'string') throw bad('reasoning.effort must be a string', 'reasoning.effort')
-    settings.reasoningEffort = effort
-  }
-  return { settings, agent }
-}
-
-/** Settings given that differ from the session's (API.md §17.1: omitted ones stay). */
-async function differing(deps: HttpDeps, row: SessionRow, s: SettingsInput): Promise<SettingsInput> {
-  const out: SettingsInput = {}
-  if (s.model !== undefined && s.model !== row.model) out.model = s.model
-  if (s.system !== undefined && s.system !== row.system) out.system = s.system
-  if (s.maxTokens !== undefined && s.maxTokens !== row.maxTokens) out.maxTokens = s.maxTokens
-  if (s.reasoningEffort !== undefined && s.reasoningEffort !== row.reasoningEffort) out.reasoningEffort = s.reasoningEffort
-  if (s.tools !== undefined) {
-    const v = await deps.sessions.validateSettings({ tools: s.tools })
-    if (canonicalJson(v.tools as JsonObject[]) !== canonicalJson(row.tools)) out.tools = s.tools
-  }
-  return out
-}
-
+import { batch, changeSession, confirmKey, deliverInput, reaches, sessionNamed, OpenBody, type HttpDeps, type Subscription } from '../http/index.js'
 
 /** The session and span a response id names, of the caller's tenant (another tenant's: not found). */
 async function findResponse(deps: HttpDeps, req: FastifyRequest, id: string, inbox = false): Promise<{ row: SessionRow; spanId: string }> {
@@ -241,7 +112,7 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
 
   const until = (row: SessionRow, spanId: string, signal?: AbortSignal) => folds.until(row, spanId, signal)
 
-  app.post('/responses', { schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
+  app.post('/responses', { config: { inbox: true, bodySession: true }, schema: { operationId: 'createResponse', summary: 'OpenAI Responses: create a response (API.md §17.1)', body: OpenBody } }, async (req, reply) => {
     const b = (req.body ?? {}) as Record<string, unknown>
     if (typeof b !== 'object' || Array.isArray(b)) throw bad('the body must be an object', '')
     for (const k of Object.keys(b)) if (!FIELDS.has(k) && !IGNORED.has(k)) throw bad(`unknown field ${k}`, k)
@@ -254,7 +125,6 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     const input = parseInput(b.input)
     if (!input.content && !input.answers.length) throw bad('input has nothing to send', 'input')
     const { settings, agent } = parseSettings(b)
-    const tenantId = req.principal!.tenantId
 
     // which session (nothing is written before every check passed)
     let row: SessionRow | undefined
@@ -263,20 +133,25 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     if (conv !== undefined) {
       const id = typeof conv === 'string' ? conv : typeof conv?.id === 'string' ? conv.id : undefined
       if (!id) throw bad('conversation must be an id or {id}', 'conversation')
-      // with its pending input, for the delivery to plan on (as the native routes' authentication reads it)
-      row = await getSession(deps.db, tenantId, id, { inbox: true })
+      // with its pending input, for the delivery to plan on, and with the key when that was not read
+      // yet: one statement, as a native input route's authentication reads both
+      row = (await sessionNamed(req, deps, id)) ?? undefined
       if (!row || !reachable(req, row)) throw notFound(`conversation ${id}`)
-    } else if (typeof b.previous_response_id === 'string') {
-      const found = await findResponse(deps, req, b.previous_response_id, true)
-      row = found.row
-      const fold = await foldOf(deps, row)
-      const span = fold.get(found.spanId)
-      if (!span) throw notFound(`response ${b.previous_response_id}`)
-      if (fold.latest?.id !== span.id) {
-        if (!span.ended) throw bad(`response ${b.previous_response_id} is still in progress`, 'previous_response_id')
-        forkAt = span.lastSeq
-      }
-    } else if (b.previous_response_id !== undefined && b.previous_response_id !== null) throw bad('previous_response_id must be a string', 'previous_response_id')
+    } else {
+      await confirmKey(req)
+      if (typeof b.previous_response_id === 'string') {
+        const found = await findResponse(deps, req, b.previous_response_id, true)
+        row = found.row
+        const fold = await foldOf(deps, row)
+        const span = fold.get(found.spanId)
+        if (!span) throw notFound(`response ${b.previous_response_id}`)
+        if (fold.latest?.id !== span.id) {
+          if (!span.ended) throw bad(`response ${b.previous_response_id} is still in progress`, 'previous_response_id')
+          forkAt = span.lastSeq
+        }
+      } else if (b.previous_response_id !== undefined && b.previous_response_id !== null) throw bad('previous_response_id must be a string', 'previous_response_id')
+    }
+    const tenantId = req.principal!.tenantId
     if (row && agent !== undefined && row.agent?.id !== agent.split('@')[0]) throw bad(`model agent:${agent} names another agent than the conversation's`, 'model')
     if (input.answers.length) {
       if (!row || forkAt !== undefined) throw bad(`call ${input.answers[0].callId} is not pending`, input.answers[0].param)
@@ -310,16 +185,17 @@ export async function responsesRoutes(app: FastifyInstance, deps: HttpDeps): Pro
     const follower = b.stream !== true && b.background !== true ? await folds.follow(row) : undefined
     try {
       // the input, through the native inbox and answers
+      const idempotent = (m: UserMessage) => (header !== undefined ? { idempotency: { bodyHash: bodyHash('followup', { content: m.content }) } } : {})
       let spanId: string
       if (input.answers.length) {
         const fold = await foldOf(deps, row)
         const w = fold.waiting
         spanId = w ? SpanFold.answerId(w.seq) : (fold.open?.id ?? '')
         for (const a of input.answers) await deps.intake.answer(row, a.callId, a.kind, a.answer)
-        if (message) await deps.intake.deliver(row, 'followup', message, header !== undefined ? { bodyHash: bodyHash('followup', { content: message.content }) } : undefined)
+        if (message) await deliverInput(deps, req, { row, route: 'followup', message, ...idempotent(message) })
         if (!spanId) throw new ApiError('internal', 'the answered calls belong to no span')
       } else {
-        const accepted = await deps.intake.deliver(row, 'followup', message!, header !== undefined ? { bodyHash: bodyHash('followup', { content: message!.content }) } : undefined)
+        const accepted = await deliverInput(deps, req, { row, route: 'followup', message: message!, ...idempotent(message!) })
         spanId = SpanFold.inputId(accepted.seq)
       }
 

@@ -17,26 +17,14 @@
 // Ids are derived from the log: `i<seq>` names the delivery splice of the input that opened the span
 // (so a protocol can name the span the moment the input is accepted, before any claim), `w<seq>` the
 // last event of the span that ended at the wait it answers, `t<seq>` the turn/start of a turn that
-// claimed nothing.
-//
-// Which calls wait is not in the log: tool/call carries no kind, and the kind comes from the session's
-// tool settings (execution `client`, `approval: always`). The fold takes it from `toolKind`, which the
-// caller builds from the session's settings as they stand (kindsOf). A settings change that turns a
-// tool that was called into another kind would re-fold older spans differently; API.md §4 applies
-// settings from the next step, so that needs a tool renamed in place. A call that first waits for an
-// approval and then, allowed, for a client (a client tool with `approval: always`) shows as an approval
-// only: the second wait leaves no event to fold.
+// claimed nothing. Which calls wait: span-calls.ts.
 
-import { applySplice, emptyInbox, expandStream, usageOf, usageTotals, addTotals, type AssistantStreamRecord, type ContentBlock, type SessionEvent, type SplicedData, type StreamChunk, type TurnEndReason, type UserMessage, type UsageTotals } from '../session/index.js'
-
-/** What kindsOf reads of a ToolSpec (API.md §4). */
-export interface ToolSpecLike {
-  name: string
-  approval?: string
-  execution?: { type?: string }
-}
-import type { ReasoningItem, Span, SpanItem, SpanOp, TextItem, ToolCallItem, ToolKind, ToolResult, ToolResultItem, WaitKind } from './items.js'
-import { textOf } from './items.js'
+import { applySplice, emptyInbox, usageTotals, type ContentBlock, type SessionEvent, type SplicedData, type TurnEndReason, type UserMessage } from '../session/index.js'
+import { textOf, type Span, type SpanOp, type ToolKind } from './items.js'
+import { AttemptItems } from './span-attempt.js'
+import { TurnCalls, type Wait } from './span-calls.js'
+export { attemptSeq } from './span-attempt.js'
+export { kindsOf, type ToolSpecLike } from './span-calls.js'
 
 export interface SpanFoldOptions {
   /** who answers a call of this tool name (kindsOf builds it from the session's ToolSpecs) */
@@ -45,51 +33,14 @@ export interface SpanFoldOptions {
   onOp?(op: SpanOp): void
 }
 
-/** The tool kinds of a session's ToolSpecs: `approval: always` waits for an approver, `client` execution for the client. */
-export function kindsOf(tools: readonly ToolSpecLike[] | undefined): (name: string) => ToolKind {
-  const kinds = new Map<string, ToolKind>()
-  for (const t of tools ?? []) kinds.set(t.name, t.approval === 'always' ? 'approval' : t.execution?.type === 'client' ? 'client' : 'server')
-  return (name) => kinds.get(name) ?? 'server'
-}
-
-const zeroUsage = (): UsageTotals => usageTotals(undefined)
-
-/** The attempt id's `n` (SPEC §9.1: `<sessionId>:<n>`, n the seq the log would assign next at dispatch). */
-export function attemptSeq(attemptId: string): number {
-  const n = Number(attemptId.slice(attemptId.lastIndexOf(':') + 1))
-  return Number.isInteger(n) ? n : -1
-}
-
 interface TurnState {
   turn: number
   /** between turn/start and the end of its claim: what it claimed */
   opening?: { seq: number; time: number; claimed: UserMessage[]; continues?: number; prompt?: UserMessage }
-  /** calls of the turn still without a result, in log order */
-  open: Array<{ callId: string; name: string; arguments: string; kind: ToolKind }>
-  /** tool-call items of the turn by call id (their span may be an earlier one) */
-  calls: Map<string, { item: ToolCallItem; span: Span }>
+  /** its tool calls: the open ones, and their items (span-calls.ts) */
+  calls: TurnCalls
   /** the span ended at a wait after this event; the next span opens at the next event that is not a tool/call or a splice */
   waited?: { seq: number; time: number }
-}
-
-/** One attempt's projection: its blocks' items and how many of its chunks were fed. */
-interface AttemptState {
-  /** the live attempt's `n` (undefined for one projected from its settlement only) */
-  n?: number
-  fed: number
-  blocks: Map<number, TextItem | ReasoningItem | ToolCallItem>
-  /** block indexes of tool calls whose first delta has not come yet */
-  toolStarts: Set<number>
-  span: Span
-}
-
-/** The live attempt as frames gave it: its chunks from index 0, as far as they are contiguous. */
-interface LiveAttempt {
-  attemptId: string
-  n: number
-  chunks: StreamChunk[]
-  /** a chunk was missed: the rest comes from the settlement */
-  broken: boolean
 }
 
 export class SpanFold {
@@ -112,12 +63,16 @@ export class SpanFold {
   private lastStarted?: Span
   private lastModel?: string
   private lastSystem?: string
-  private live?: LiveAttempt
-  private attempt?: AttemptState
-  /** seq of the last settlement folded: live attempts dispatched before it are settled */
-  private settledUpTo = -1
+  /** the running attempt's items (span-attempt.ts) */
+  private readonly attempts: AttemptItems
 
-  constructor(private readonly opts: SpanFoldOptions) {}
+  constructor(private readonly opts: SpanFoldOptions) {
+    this.attempts = new AttemptItems({
+      emit: (op) => this.emit(op),
+      toolKind: (name) => opts.toolKind(name),
+      called: (callId, item, span) => this.turn?.calls.shown(callId, item, span),
+    })
+  }
 
   /** A span by id, announced or still pending (queued, not yet announced). */
   get(id: string): Span | undefined {
@@ -135,12 +90,12 @@ export class SpanFold {
   }
 
   /** The calls the turn waits on now, when its last span ended at a wait and nothing came after. */
-  get waiting(): { span: Span; seq: number; calls: Array<{ callId: string; name: string; kind: WaitKind }> } | undefined {
+  get waiting(): { span: Span; seq: number; calls: Wait[] } | undefined {
     const t = this.turn
     if (!t?.waited || this.current) return undefined
     const span = this.spans.at(-1)
     if (!span) return undefined
-    return { span, seq: t.waited.seq, calls: t.open.filter((c) => c.kind !== 'server').map((c) => ({ callId: c.callId, name: c.name, kind: c.kind as WaitKind })) }
+    return { span, seq: t.waited.seq, calls: t.calls.waits() }
   }
 
   /**
@@ -204,12 +159,12 @@ export class SpanFold {
         break
       case 'system/message':
         this.lastSystem = textOf(((d.message as { content: ContentBlock[] }).content) ?? [])
-        if (this.current && !this.hasAttempt(this.current)) this.current.instructions = this.lastSystem
+        if (this.current && !this.attempts.has(this.current)) this.current.instructions = this.lastSystem
         break
       case 'request/header': {
         const c = (d.header as { config: { provider: string; model: string } }).config
         this.lastModel = `${c.provider}/${c.model}`
-        if (this.current && !this.hasAttempt(this.current)) this.current.model = this.lastModel
+        if (this.current && !this.attempts.has(this.current)) this.current.model = this.lastModel
         break
       }
       case 'user/message':
@@ -224,7 +179,7 @@ export class SpanFold {
         break
       case 'assistant/message':
       case 'assistant/attempt':
-        this.settle(e, d)
+        this.attempts.settle(e, d, this.current)
         break
       case 'tool/call':
         this.toolCall(e, d)
@@ -238,46 +193,13 @@ export class SpanFold {
 
   /** Folds a live frame of the native stream (agent/assistant-stream start, chunk, snapshot; agent/session-start). */
   frame(event: string, data: unknown): void {
-    if (event === 'agent/session-start') {
-      this.live = undefined
-      return
-    }
-    if (event !== 'agent/assistant-stream') return
-    const f = data as { kind: string; attemptId: string; index?: number; chunk?: StreamChunk; stream?: AssistantStreamRecord[] }
-    const n = attemptSeq(f.attemptId)
-    if (n <= this.settledUpTo) return
-    if (f.kind === 'start') {
-      if (this.live?.attemptId !== f.attemptId) this.live = { attemptId: f.attemptId, n, chunks: [], broken: false }
-    } else if (f.kind === 'snapshot') {
-      const chunks = expandStream(f.stream ?? []).map((c) => c.chunk)
-      if (this.live?.attemptId !== f.attemptId) this.live = { attemptId: f.attemptId, n, chunks, broken: false }
-      else if (!this.live.broken && chunks.length > this.live.chunks.length) this.live.chunks = chunks
-    } else if (f.kind === 'chunk') {
-      if (this.live?.attemptId !== f.attemptId) {
-        if (f.index !== 0) return
-        this.live = { attemptId: f.attemptId, n, chunks: [], broken: false }
-      }
-      const live = this.live
-      if (live.broken || f.index! < live.chunks.length) return
-      if (f.index! > live.chunks.length) live.broken = true
-      else live.chunks.push(f.chunk!)
-    } else return
-    this.pump()
+    if (event === 'agent/session-start') this.attempts.restart()
+    else if (event === 'agent/assistant-stream' && this.attempts.frame(data)) this.pump()
   }
 
-  /** Feeds the live attempt's chunks once every event before its dispatch is folded. */
+  /** Feeds the live attempt's chunks to the running span, as far as the log is folded. */
   private pump(): void {
-    const live = this.live
-    if (!live || live.n <= this.settledUpTo || this.head < live.n - 1) return
-    const span = this.current
-    if (!span || !this.turn) return
-    let att = this.attempt
-    if (!att || att.n !== live.n) att = this.attempt = { n: live.n, fed: 0, blocks: new Map(), toolStarts: new Set(), span }
-    while (att.fed < live.chunks.length) this.feed(att, live.chunks[att.fed++])
-  }
-
-  private hasAttempt(span: Span): boolean {
-    return span.items.length > 0 || this.attempt?.span === span
+    if (this.current && this.turn) this.attempts.pump(this.head, this.current)
   }
 
   // ---- input ----
@@ -339,7 +261,7 @@ export class SpanFold {
       h.error = { code: 'interrupted', message: 'the turn was interrupted by a crash and not continued' }
       this.end(h, 'failed')
     }
-    this.turn = { turn: d.turn as number, opening: { seq: e.seq, time: e.time, claimed: [], continues }, open: [], calls: new Map() }
+    this.turn = { turn: d.turn as number, opening: { seq: e.seq, time: e.time, claimed: [], continues }, calls: new TurnCalls(this.opts.toolKind) }
   }
 
   /** The turn's opening claim is complete: its span starts (or, continuing a crashed turn, goes on). */
@@ -379,7 +301,7 @@ export class SpanFold {
   }
 
   private newSpan(id: string, opener: Span['opener'], createdAt: number, firstSeq: number): Span {
-    return { id, opener, turn: 0, status: 'in_progress', ended: false, createdAt, queued: false, input: [], items: [], usage: zeroUsage(), waits: [], firstSeq, lastSeq: firstSeq }
+    return { id, opener, turn: 0, status: 'in_progress', ended: false, createdAt, queued: false, input: [], items: [], usage: usageTotals(undefined), waits: [], firstSeq, lastSeq: firstSeq }
   }
 
   /** A span begins running: what it inherits from the log so far. */
@@ -406,7 +328,7 @@ export class SpanFold {
 
   private turnEnd(e: SessionEvent, reason: TurnEndReason): void {
     const span = this.current
-    this.closeAttempt('incomplete')
+    this.attempts.close('incomplete')
     this.turn = undefined
     this.current = undefined
     if (!span) return
@@ -437,150 +359,18 @@ export class SpanFold {
     this.emit({ op: 'span-end', span })
   }
 
-  // ---- attempts ----
-
-  private settle(e: SessionEvent, d: Record<string, unknown>): void {
-    const span = this.current
-    this.settledUpTo = e.seq
-    if (this.live && this.live.n <= e.seq) this.live = undefined
-    if (!span) return
-    let att = this.attempt
-    if (!att || att.span !== span || att.n === undefined || att.n > e.seq) att = { fed: 0, blocks: new Map(), toolStarts: new Set(), span }
-    const chunks = expandStream((d.stream as AssistantStreamRecord[]) ?? [])
-    for (let i = att.fed; i < chunks.length; i++) this.feed(att, chunks[i].chunk)
-    att.fed = chunks.length
-    this.attempt = att
-    const u = usageOf(e)
-    if (u) addTotals(span.usage, usageTotals(u))
-    this.closeAttempt(e.type === 'assistant/message' && d.interrupted !== true ? 'completed' : 'incomplete')
-  }
-
-  /** The attempt settled (or its turn ended): items still open end with `status`. */
-  private closeAttempt(status: 'completed' | 'incomplete'): void {
-    const att = this.attempt
-    this.attempt = undefined
-    if (!att) return
-    for (const item of att.blocks.values()) this.done(att.span, item, status)
-  }
-
-  private done(span: Span, item: SpanItem, status: 'completed' | 'incomplete'): void {
-    if (item.status !== 'in_progress') return
-    item.status = status
-    this.emit({ op: 'item-done', span, item })
-  }
-
-  private addItem<T extends SpanItem>(span: Span, item: Omit<T, 'id' | 'ordinal' | 'status'> & { status?: T['status'] }): T {
-    const ordinal = span.items.length
-    const full = { status: 'in_progress', ...item, id: `${span.id}.${ordinal}`, ordinal } as T
-    span.items.push(full)
-    return full
-  }
-
-  private toolItem(att: AttemptState, index: number, callId: string, name: string): ToolCallItem {
-    const item = this.addItem<ToolCallItem>(att.span, { type: 'tool-call', callId, name, arguments: '', kind: this.opts.toolKind(name) })
-    att.blocks.set(index, item)
-    att.toolStarts.delete(index)
-    this.turn?.calls.set(callId, { item, span: att.span })
-    this.emit({ op: 'item-add', span: att.span, item })
-    return item
-  }
-
-  private textItem(att: AttemptState, index: number, type: 'text' | 'reasoning'): TextItem | ReasoningItem {
-    const item = this.addItem<TextItem | ReasoningItem>(att.span, { type, text: '' } as TextItem)
-    att.blocks.set(index, item)
-    this.emit({ op: 'item-add', span: att.span, item })
-    return item
-  }
-
-  /** One chunk of an attempt (SPEC §3.3 StreamChunk) as item ops. */
-  private feed(att: AttemptState, c: StreamChunk): void {
-    const span = att.span
-    switch (c.type) {
-      case 'block-start':
-        if (att.blocks.has(c.index)) return
-        if (c.blockType === 'text' || c.blockType === 'reasoning') this.textItem(att, c.index, c.blockType)
-        else if (c.blockType === 'tool-call') att.toolStarts.add(c.index)
-        return
-      case 'text-delta':
-      case 'reasoning-delta': {
-        const type = c.type === 'text-delta' ? 'text' : 'reasoning'
-        let item = att.blocks.get(c.index)
-        if (!item) item = this.textItem(att, c.index, type)
-        if (item.type === 'tool-call' || item.status !== 'in_progress') return
-        item.text += c.text
-        if (c.text) this.emit({ op: 'delta', span, item, delta: c.text })
-        return
-      }
-      case 'tool-call-delta': {
-        let item = att.blocks.get(c.index)
-        if (!item) item = this.toolItem(att, c.index, c.id, c.name ?? '')
-        if (item.type !== 'tool-call' || item.status !== 'in_progress') return
-        item.arguments += c.argumentsDelta
-        if (c.argumentsDelta) this.emit({ op: 'delta', span, item, delta: c.argumentsDelta })
-        return
-      }
-      case 'block-end': {
-        const b = c.block
-        let item = att.blocks.get(c.index)
-        if (!item) {
-          if (b.type === 'tool-call') item = this.toolItem(att, c.index, b.id, b.name)
-          else if (b.type === 'text' || b.type === 'reasoning') item = this.textItem(att, c.index, b.type)
-          else return
-          // a block that streamed no deltas shows its whole content as one
-          const whole = b.type === 'tool-call' ? b.arguments : b.type === 'text' || b.type === 'reasoning' ? b.text : ''
-          if (item.type === 'tool-call') item.arguments = whole
-          else item.text = whole
-          if (whole) this.emit({ op: 'delta', span, item, delta: whole })
-        }
-        if (item.status !== 'in_progress') return
-        if (item.type === 'tool-call' && b.type === 'tool-call') item.arguments = b.arguments
-        else if (item.type !== 'tool-call' && (b.type === 'text' || b.type === 'reasoning')) item.text = b.text
-        // done only when the attempt finishes: a block that ended in an attempt that then failed
-        // ends incomplete (API.md §17 intro: a retried attempt's items end incomplete)
-        return
-      }
-      case 'finish': {
-        const ok = c.reason.kind === 'stop' || c.reason.kind === 'tool-calls'
-        for (const item of att.blocks.values()) this.done(span, item, ok ? 'completed' : 'incomplete')
-        return
-      }
-      default:
-        return
-    }
-  }
-
   // ---- tools ----
 
   private toolCall(e: SessionEvent, d: Record<string, unknown>): void {
-    const t = this.turn
-    if (!t) return
-    const callId = d.callId as string
-    const name = d.name as string
-    t.open.push({ callId, name, arguments: d.arguments as string, kind: t.calls.get(callId)?.item.kind ?? this.opts.toolKind(name) })
+    if (!this.turn) return
+    this.turn.calls.call(d)
     this.checkWait(e)
   }
 
   private toolResult(e: SessionEvent, d: Record<string, unknown>): void {
-    const t = this.turn
-    if (!t) return
-    const message = d.message as { content: Array<{ toolCallId: string; isError: boolean; content: ContentBlock[] }>; source: { callId: string } }
-    const callId = message.source.callId
-    const block = message.content[0]
-    const result: ToolResult = { content: block.content, isError: block.isError }
-    if (d.error) result.error = d.error as ToolResult['error']
-    const at = t.open.findIndex((c) => c.callId === callId)
-    const call = at >= 0 ? t.open.splice(at, 1)[0] : undefined
-    const known = t.calls.get(callId)
-    const span = this.current
-    if (span) {
-      if (known && known.span === span) {
-        known.item.result = result
-        this.emit({ op: 'tool-result', span, item: known.item })
-      } else {
-        const item = this.addItem<ToolResultItem>(span, { type: 'tool-result', callId, name: known?.item.name ?? call?.name ?? '', arguments: known?.item.arguments ?? call?.arguments ?? '', kind: known?.item.kind ?? call?.kind ?? 'server', result, status: 'completed' })
-        this.emit({ op: 'tool-result', span, item })
-      }
-    }
+    if (!this.turn) return
+    const op = this.turn.calls.result(d, this.current)
+    if (op) this.emit(op)
     this.checkWait(e)
   }
 
@@ -589,9 +379,8 @@ export class SpanFold {
     const t = this.turn
     const span = this.current
     if (!t || !span || t.waited) return
-    const first = t.open[0]
-    if (!first || first.kind === 'server') return
-    span.waits = t.open.filter((c) => c.kind !== 'server').map((c) => ({ callId: c.callId, name: c.name, kind: c.kind as WaitKind }))
+    if (!t.calls.blocked) return
+    span.waits = t.calls.waits()
     t.waited = { seq: e.seq, time: e.time }
     this.current = undefined
     this.end(span, 'completed', e)

@@ -12,7 +12,7 @@ import { foldSpans, kindsOf, SpanFold } from './span.js'
 import { uiHistory } from './ui-history.js'
 import type { UiChunk } from './ui-render.js'
 import { openUiStream, type Selection, type UiStreamHandle } from './ui-stream.js'
-import { reaches, toApiError, schemas as S, type Subscription, type HttpDeps } from '../http/index.js'
+import { deliverInput, reaches, toApiError, schemas as S, type Subscription, type HttpDeps } from '../http/index.js'
 
 const err = { 400: S.ErrorBody, 401: S.ErrorBody, 403: S.ErrorBody, 404: S.ErrorBody, 409: S.ErrorBody }
 const AgentParams = { type: 'object', properties: { agentId: { type: 'string' } }, required: ['agentId'] } as const
@@ -102,7 +102,7 @@ async function admit(deps: HttpDeps, p: Principal, agentId: string, body: unknow
     const message = toUserMessage({ content: content as never }, { kind: 'user' }, last.id)
     const row = (await chatSession(deps, p, agentId, chat.id, true))!
     // the delivery names the span it opens; a resend answers the original delivery, so the same span
-    const accepted = await deps.intake.deliver(row, 'followup', message, { bodyHash: bodyHash('followup', { content }) })
+    const accepted = await deliverInput(deps, undefined, { row, route: 'followup', message, idempotency: { bodyHash: bodyHash('followup', { content }) } })
     return { row, selection: { kind: 'span', spanId: SpanFold.inputId(accepted.seq) } }
   }
   if (last.role !== 'assistant') throw badRequest(`${at}: the last message must be a user message or the assistant message with tool answers`, [{ path: `${at}.role`, message: 'must be user or assistant' }])

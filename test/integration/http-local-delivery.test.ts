@@ -1,7 +1,7 @@
 // A delivery to a session this process drives, by a key the process authenticated before (issue 16):
 // the auth hook takes the principal from its cache and reads nothing, intake plans on the driver's
 // folded log, and ONE statement appends the splice on condition that the seq, the flags and the key
-// (exists, not revoked) all hold (http/auth.ts PrincipalCache, agent/intake.ts deliverLocal, store
+// (exists, not revoked) all hold (http/auth.ts PrincipalCache, agent/intake.ts deliver, store
 // side row 'key-live'). Anything off — a revoked key, a stale view, another tenant, an error of any
 // kind — reads the key and the session as before, so every answer stays what API.md §3 and §10 say.
 
@@ -118,6 +118,33 @@ describe.each(DB_KINDS)('deliveries to a session this process drives (%s)', (kin
     const log = (await t.waitForTurnEnd(s.id, 2)) as Ev[]
     expectValidLog(log)
     expect(userTexts(log)).toEqual(['first', ...Array.from({ length: injects }, (_, i) => `known ${i}`), 'by the first key'])
+  })
+
+  it('POST /v1/responses on a conversation, by a known key: the key and the session in one read, then the delivery; a revoked key is 401', async () => {
+    const { t, texts } = await start()
+    const s = await drivenSession(t, 'one', 'two')
+    const from = texts.length
+    const r = await t.api('POST', '/v1/responses', { conversation: s.id, input: 'second' })
+    expect(r.status).toBe(200)
+    expect(r.body.status).toBe('completed')
+    const sent = texts.slice(from)
+    // one statement read the key, and it read the session with it: no read of the session alone
+    const keyReads = sent.filter((x) => KEY_LOOKUP.test(x))
+    expect(keyReads.length).toBe(1)
+    expect(keyReads[0]).toMatch(/JOIN sessions s ON/)
+    expect(sent.filter((x) => /FROM sessions WHERE tenant_id = \$1 AND id = \$2/.test(x))).toEqual([])
+    // a revoked key the process knows is refused before anything is written, in OpenAI's error shape
+    const added = await t.api('POST', `/v1/admin/tenants/${t.tenantId}/keys`, {}, { key: t.adminToken })
+    const k: string = added.body.apiKey
+    expect((await t.api('POST', `/v1/sessions/${s.id}/inject`, { content: 'known' }, { key: k })).status).toBe(202)
+    expect((await t.api('DELETE', `/v1/admin/keys/${added.body.keyId}`, undefined, { key: t.adminToken })).status).toBe(204)
+    const before = (await t.events(s.id)).length
+    for (const body of [{ conversation: s.id, input: 'after revoke' }, { conversation: 'no-such-conversation', input: 'x' }, { input: 'a new one' }, { conversation: s.id, input: 5 }]) {
+      const refused = await t.api('POST', '/v1/responses', body, { key: k })
+      expect(refused.status, JSON.stringify(body)).toBe(401)
+      expect(refused.body.error.type).toBe('authentication_error')
+    }
+    expect((await t.events(s.id)).length).toBe(before)
   })
 
   it('errors of a delivery by a known, valid key are the usual ones', async () => {

@@ -32,14 +32,14 @@ describe.each(DB_KINDS)('a delivery planned on the row its route read (%s)', (ki
     const fresh = await read()
     expect(fresh.inbox).toEqual({ nextTurn: [], nextStep: [] })
     const before = c.n()
-    await intake.deliver(fresh, 'followup', msg('first'))
+    await intake.deliver({ session: fresh, route: 'followup', message: msg('first') })
     expect(c.n() - before).toBe(1)
     await t.waitIdle(s.id)
 
     // without the inbox, the delivery reads the row itself first
     const { inbox: _drop, ...plain } = await read()
     const before2 = c.n()
-    await intake.deliver(plain, 'followup', msg('second'))
+    await intake.deliver({ session: plain, route: 'followup', message: msg('second') })
     expect(c.n() - before2).toBe(2)
     await t.waitIdle(s.id)
 
@@ -48,7 +48,7 @@ describe.each(DB_KINDS)('a delivery planned on the row its route read (%s)', (ki
     expect((await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'third' })).status).toBe(202)
     await t.waitFor(s.id, (e) => e.type === 'agent/inbox/spliced' && JSON.stringify(e.data).includes('third'))
     const before3 = c.n()
-    const r = await intake.deliver(stale, 'followup', msg('fourth'))
+    const r = await intake.deliver({ session: stale, route: 'followup', message: msg('fourth') })
     expect(c.n() - before3).toBeGreaterThanOrEqual(3) // the append refused, the read, the append
     expect(r.seq).toBeGreaterThan(stale.nextSeq)
     await t.waitFor(s.id, (_e, all) => userTexts(all as Ev[]).length >= 4, 15000)
