@@ -3,19 +3,18 @@
 // console is driven only through its UI, as a new user would; what it sent is checked against the
 // durable log, and every screenshot (kept in a temp dir) against layout facts.
 
-import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { leaveCrashedTurn } from '../helpers/crashed.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
+import { sdkBuild } from '../helpers/sdk-build.js'
 import { SDK_DIR, WEB_DIR } from '../../src/http/ops.js'
 
 const CHROMIUM = '/usr/bin/chromium'
@@ -949,18 +948,15 @@ describe.each(VIEWPORTS)('web console in Chromium at $width×$height', (viewport
 })
 
 describe('the console on the SDK build, at the source and at the route', () => {
-  const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
   let t: TestApp
   let fresh: string
   beforeAll(async () => {
     t = await startTestApp({ kind: 'pglite' })
-    // the library as its sources compile today, to compare with what agentd serves
-    fresh = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-console-sdk-'))
-    execFileSync(path.join(ROOT, 'node_modules/.bin/tsc'), ['-p', path.join(ROOT, 'clients/typescript'), '--outDir', fresh], { stdio: 'inherit' })
+    // the library as its sources compile today (`tsc -p clients/typescript`), to compare with what agentd serves
+    fresh = await sdkBuild()
   }, 120000)
   afterAll(async () => {
     await t?.close()
-    if (fresh) fs.rmSync(fresh, { recursive: true, force: true })
   })
 
   it('no console module but api.js reaches the network, and api.js does it only through the SDK it imports from /console/sdk/', () => {

@@ -2,12 +2,13 @@
 // PGlite, SIGKILLed at each point the issue names and started again on the same port and data; the
 // new loop instance repairs the turn (SPEC §13.1) and, without new input, continues it. Cases that need
 // a second process (a cancel accepted by a process that does not drive the session, just before the
-// kill) run on a PostgreSQL cluster.
+// kill) run on a PostgreSQL cluster. The continuation's own logic, and AGENTD_CONTINUE_AFTER_CRASH=0, run on
+// one database (docs/testing.md).
 
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS, DB_KINDS } from '../helpers/db.js'
 import { openSse } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { sleep } from '../helpers/wait.js'
@@ -86,6 +87,12 @@ describe.each(DB_KINDS)('SPEC §19 crash continuation across kill -9 on %s', (ki
     await a.start()
   }
 
+  // Every case kills the process while the store holds some part of a turn, and runs on both databases
+  // (docs/testing.md), except those whose subject is the continuation's own logic after the repair — its
+  // backoff, a plugin's veto, a call through several crashes, the crash-loop limit — which is the same
+  // code on both: they run on the one database of the tests above the store.
+  const logicIt = (APP_DB_KINDS.includes(kind) ? it : () => {}) as typeof it
+
   beforeAll(async () => {
     tools = await startToolServer()
     a = await startAgentdProcess({ kind, env: { AGENTD_LEASE_TTL_MS: String(LEASE_TTL_MS), AGENTD_TOOL_HOSTS: '127.0.0.1', AGENTD_PLUGINS: PLUGIN, CONT_TOOL_URL: tools.url } })
@@ -118,7 +125,7 @@ describe.each(DB_KINDS)('SPEC §19 crash continuation across kill -9 on %s', (ki
     expectValidLog(log)
   }, 120000)
 
-  it('the first continuation opens right after session/end-seed, with no wait; only the second in a row waits for the backoff', async () => {
+  logicIt('the first continuation opens right after session/end-seed, with no wait; only the second in a row waits for the backoff', async () => {
     const s = await c.create()
     const hang = { chunks: ['partial'], hang: true }
     a.llm.script(s.marker, hang, hang, { chunks: ['answered at last'] })
@@ -189,7 +196,7 @@ describe.each(DB_KINDS)('SPEC §19 crash continuation across kill -9 on %s', (ki
     expectValidLog(log)
   }, 120000)
 
-  it('a plugin rejects a continuation from agent/pre-step (payload.continues): the continuation ends blocked and nothing is admitted', async () => {
+  logicIt('a plugin rejects a continuation from agent/pre-step (payload.continues): the continuation ends blocked and nothing is admitted', async () => {
     const s = await c.create()
     const before = tools.calls('echo').length
     await c.followup(s.id, '[hold-pre-step] [reject-continuation]')
@@ -234,7 +241,7 @@ describe.each(DB_KINDS)('SPEC §19 crash continuation across kill -9 on %s', (ki
     expectValidLog(log)
   }, 120000)
 
-  it("kill while a client call with approval 'always' waits, in each phase: repair closes the call (TOOL_OUTCOME_UNKNOWN) and its answers are refused; the continuation's new call goes approver, then client, and its result ends the turn", async () => {
+  logicIt("kill while a client call with approval 'always' waits, in each phase: repair closes the call (TOOL_OUTCOME_UNKNOWN) and its answers are refused; the continuation's new call goes approver, then client, and its result ends the turn", async () => {
     const s = await c.create({ tools: [{ name: 'ask_user', description: 'asks the user', parameters: { type: 'object', properties: {} }, execution: { type: 'client' }, approval: 'always' }] })
     const ask = (id: string) => ({ toolCalls: [{ id, name: 'ask_user', arguments: {} }] })
     a.llm.script(s.marker, ask('call_c1'), ask('call_c2'), ask('call_c3'), { chunks: ['the user said blue'] })
@@ -283,7 +290,7 @@ describe.each(DB_KINDS)('SPEC §19 crash continuation across kill -9 on %s', (ki
     expectValidLog(log)
   }, 120000)
 
-  it('three kills in a row during the same work: two continuations, then the crash-loop limit (a crash-loop decision) and no fourth turn by itself; a new followup still runs', async () => {
+  logicIt('three kills in a row during the same work: two continuations, then the crash-loop limit (a crash-loop decision) and no fourth turn by itself; a new followup still runs', async () => {
     const s = await c.create()
     const hang = { chunks: ['partial'], hang: true }
     a.llm.script(s.marker, hang, hang, hang, { chunks: ['fresh answer'] })
@@ -312,7 +319,7 @@ describe.each(DB_KINDS)('SPEC §19 crash continuation across kill -9 on %s', (ki
   }, 120000)
 })
 
-describe.each(DB_KINDS)('AGENTD_CONTINUE_AFTER_CRASH=0 on %s', (kind) => {
+describe.each(APP_DB_KINDS)('AGENTD_CONTINUE_AFTER_CRASH=0 on %s', (kind) => {
   let a: AgentdProcess
   beforeAll(async () => {
     a = await startAgentdProcess({ kind, env: { AGENTD_LEASE_TTL_MS: String(LEASE_TTL_MS), AGENTD_CONTINUE_AFTER_CRASH: '0' } })

@@ -1,6 +1,6 @@
 // End to end over HTTP + SSE: the session's model is served by a local OpenAI-compatible server through
 // pi-ai's real openai-completions client, configured by a models file (AGENTD_MODELS). A simple turn, a
-// tool round trip, retries and a cancel mid-stream, on both databases.
+// tool round trip, retries and a cancel mid-stream, on one database (docs/testing.md).
 //
 // The app is started here with startApp (not test/helpers/app.ts): startTestApp passes
 // llm.models = {providers:{}}, which wins over the models file, so AGENTD_MODELS would be ignored.
@@ -12,7 +12,7 @@ import path from 'node:path'
 import type { AddressInfo } from 'node:net'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS, openTestDb, type TestDb } from '../helpers/db.js'
+import { APP_DB_KINDS, openTestDb, type TestDb } from '../helpers/db.js'
 import { ADMIN_TOKEN, openSse, type SseFrame } from '../helpers/app.js'
 import { startOpenAiServer, type OpenAiServer } from '../helpers/openai-server.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
@@ -25,7 +25,7 @@ const ofType = (evs: SessionEvent[], type: string) => evs.filter((e) => e.type =
 const d = (e: SessionEvent | undefined) => e?.data as any
 const turnEnd = (evs: SessionEvent[], turn: number) => evs.find((e) => e.type === 'turn/end' && d(e).turn === turn)
 
-describe.each(DB_KINDS)('HTTP + SSE through pi-ai openai-completions on %s', (kind) => {
+describe.each(APP_DB_KINDS)('HTTP + SSE through pi-ai openai-completions on %s', (kind) => {
   let srv: OpenAiServer
   let testDb: TestDb
   let app: App

@@ -1,4 +1,4 @@
-// @agentd/client for API.md §16 against a real agentd on PostgreSQL and PGlite: client.agents creates
+// @agentd/client for API.md §16 against a real agentd on one database (docs/testing.md): client.agents creates
 // (idempotent with an id), reads the latest and a named version, updates (a new version), lists page by
 // page and deletes; sessions.create({agent}) makes a session from it that keeps its version; errors are
 // AgentdErrors with the documented codes. sessions.update changes a session's settings (API.md §4).
@@ -6,9 +6,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentdClient, AgentdError, type Agent } from '../../clients/typescript/src/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 
-describe.each(DB_KINDS)('@agentd/client agents on %s', (kind) => {
+describe.each(APP_DB_KINDS)('@agentd/client agents on %s', (kind) => {
   let t: TestApp
   let client: AgentdClient
   beforeAll(async () => {

@@ -3,18 +3,15 @@
 // PGlite through a same-origin page server (a plain HTTP relay, so no CORS is needed). It creates a
 // session, runs a faux/echo turn while streaming, folds a transcript, and reports a typed error.
 
-import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import os from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { chromium, type Browser } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startTestApp, type TestApp } from '../helpers/app.js'
+import { sdkBuild } from '../helpers/sdk-build.js'
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const CHROMIUM = '/usr/bin/chromium'
 
 /** The page: imports the built library and leaves what it saw in `window.result`. */
@@ -51,9 +48,8 @@ describe('@agentd/client in a browser', () => {
 
   beforeAll(async () => {
     if (!fs.existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: install Debian's chromium package. This test never downloads a browser.`)
-    // the library alone, as `tsc -p clients/typescript` builds it, into a folder of this test's own
-    out = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-client-esm-'))
-    execFileSync(path.join(ROOT, 'node_modules/.bin/tsc'), ['-p', path.join(ROOT, 'clients/typescript'), '--outDir', out], { stdio: 'inherit' })
+    // the library alone, as `tsc -p clients/typescript` builds it (once per run, for this file and the console's)
+    out = await sdkBuild()
     t = await startTestApp({ kind: 'pglite' })
     const api = new URL(t.url)
     page = http.createServer((req, res) => {
@@ -82,7 +78,6 @@ describe('@agentd/client in a browser', () => {
     page?.closeAllConnections()
     page?.close()
     await t?.close()
-    if (out) fs.rmSync(out, { recursive: true, force: true })
   })
 
   it('imports no Node module', () => {

@@ -1,13 +1,13 @@
-// @agentd/client for API.md §15 against a real agentd on PostgreSQL and PGlite: admin.tenant and
+// @agentd/client for API.md §15 against a real agentd on one database (docs/testing.md): admin.tenant and
 // admin.setLimits read and write a tenant's limits (null removes one, bad input is an AgentdError and
 // changes nothing), and usage() answers the ledger by day, model and session with the limits.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentdClient, AgentdError } from '../../clients/typescript/src/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 
-describe.each(DB_KINDS)('@agentd/client limits and usage on %s', (kind) => {
+describe.each(APP_DB_KINDS)('@agentd/client limits and usage on %s', (kind) => {
   let t: TestApp
   let client: AgentdClient
   beforeAll(async () => {

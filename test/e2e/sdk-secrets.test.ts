@@ -1,14 +1,14 @@
-// @agentd/client for API.md §12–§13 against a real agentd on PostgreSQL and PGlite: client.secrets puts,
+// @agentd/client for API.md §12–§13 against a real agentd on one database (docs/testing.md): client.secrets puts,
 // lists (names only) and deletes; errors are AgentdErrors; a session created through the SDK with an MCP
 // server whose header is a secret reference uses it.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentdClient, AgentdError, type McpServer } from '../../clients/typescript/src/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { TestMcpServer } from '../helpers/mcp-server.js'
 
-describe.each(DB_KINDS)('@agentd/client secrets and MCP servers on %s', (kind) => {
+describe.each(APP_DB_KINDS)('@agentd/client secrets and MCP servers on %s', (kind) => {
   let t: TestApp
   let client: AgentdClient
   let mcp: TestMcpServer

@@ -3,12 +3,12 @@
 // ends the stream with `stream/error {code:"slow-consumer"}`. When the consumer pulls again it gets
 // the rest of the cut connection, the error frame, then the SDK's reconnect from its last id: every
 // durable seq exactly once, in order. The server's grace period (30 s by default) is set to 3 s here;
-// both databases run at the same time.
+// on one database (docs/testing.md).
 
 import { describe, expect, it } from 'vitest'
 import { AgentdClient, type StreamFrame } from '../../clients/typescript/src/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { until } from '../helpers/wait.js'
 
 /** Open SSE and WebSocket subscriptions of the app (its /metrics gauge). */
@@ -20,7 +20,7 @@ async function subscribers(t: TestApp): Promise<number> {
 }
 
 describe('@agentd/client across a slow-consumer cut', () => {
-  it.concurrent.each(DB_KINDS)(
+  it.concurrent.each(APP_DB_KINDS)(
     'on %s: the server cuts a consumer that stopped reading, and the stream resumes from its last id with every seq once, in order',
     async (kind) => {
       const t = await startTestApp({ kind, env: { AGENTD_SLOW_CONSUMER_MS: '3000' } })

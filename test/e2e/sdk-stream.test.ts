@@ -7,7 +7,7 @@
 import crypto from 'node:crypto'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { AgentdClient, type RetryEvent, type SessionEvent, type StreamFrame } from '../../clients/typescript/src/index.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { until } from '../helpers/wait.js'
 import { CONTINUATION_EXPECTED, startAgentdProcess, startForwarder, type AgentdProcess } from './helpers-sdk.js'
@@ -23,7 +23,7 @@ const streamedText = (frames: StreamFrame[], attemptId?: string) =>
 const idemMessageId = (key: string) => `idem-${crypto.createHash('sha256').update(key).digest('hex').slice(0, 32)}`
 const brief = (log: SessionEvent[]) => log.map((e) => `${e.seq}:${e.type}${e.type === 'turn/end' ? JSON.stringify((e.data as { reason: unknown }).reason) : ''}`).join(' ')
 
-describe.each(DB_KINDS)('@agentd/client across kill -9 of agentd on %s', (kind) => {
+describe.each(APP_DB_KINDS)('@agentd/client across kill -9 of agentd on %s', (kind) => {
   let a: AgentdProcess
   let client: AgentdClient
 

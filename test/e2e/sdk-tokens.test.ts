@@ -1,4 +1,4 @@
-// @agentd/client with tokens (API.md §18) against a real agentd on PostgreSQL and PGlite: a token
+// @agentd/client with tokens (API.md §18) against a real agentd on one database (docs/testing.md): a token
 // provider is asked for a token once for concurrent calls, again before the token expires (so no call
 // ever meets a 401 for age), and once more when the server refuses the one it has (calls and streams
 // go on with the new one); createToken mints, admin.setAuth and setCors set a tenant's provider and
@@ -8,11 +8,11 @@ import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentdClient, AgentdError, type MintedToken } from '../../clients/typescript/src/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
-describe.each(DB_KINDS)('@agentd/client with tokens on %s', (kind) => {
+describe.each(APP_DB_KINDS)('@agentd/client with tokens on %s', (kind) => {
   let t: TestApp
   let backend: AgentdClient
   beforeAll(async () => {

@@ -1,4 +1,4 @@
-// @agentd/client for API.md §14 against a real agentd on PostgreSQL and PGlite: the webhook methods
+// @agentd/client for API.md §14 against a real agentd on one database (docs/testing.md): the webhook methods
 // create, list, read, test, list deliveries and delete; verifyWebhook accepts what the server sent
 // to a real receiver and refuses a wrong secret, a changed body and an old timestamp; bad input is an
 // AgentdError and writes nothing.
@@ -6,11 +6,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentdClient, AgentdError, verifyWebhook, WebhookVerificationError } from '../../clients/typescript/src/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startReceiver, type Receiver } from '../helpers/receiver.js'
 import { until } from '../helpers/wait.js'
 
-describe.each(DB_KINDS)('@agentd/client webhooks on %s', (kind) => {
+describe.each(APP_DB_KINDS)('@agentd/client webhooks on %s', (kind) => {
   let t: TestApp
   let rx: Receiver
   let client: AgentdClient

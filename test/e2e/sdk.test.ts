@@ -1,4 +1,4 @@
-// @agentd/client against a real agentd (in-process, listening on a port) on PostgreSQL and PGlite:
+// @agentd/client against a real agentd (in-process, listening on a port) on one database (docs/testing.md):
 // every method once, checked against the durable log; sends carry idempotency keys and repeat safely;
 // errors carry the API's codes; stream, watch and run agree with GET …/events.
 
@@ -14,7 +14,7 @@ import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentdClient, AgentdError, type RetryEvent, type StreamFrame, type TranscriptView } from '../../clients/typescript/src/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS, freshPgDatabase, type TestDb } from '../helpers/db.js'
+import { APP_DB_KINDS, freshPgDatabase, type TestDb } from '../helpers/db.js'
 import { d, ofType, textOf } from '../helpers/events.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
@@ -48,7 +48,7 @@ async function expectAgentdError(p: Promise<unknown>, status: number, code: stri
   return e
 }
 
-describe.each(DB_KINDS)('@agentd/client on %s', (kind) => {
+describe.each(APP_DB_KINDS)('@agentd/client on %s', (kind) => {
   let t: TestApp
   let client: AgentdClient
   let rec: ReturnType<typeof recordingFetch>

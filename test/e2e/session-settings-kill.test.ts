@@ -5,7 +5,7 @@
 // shows them as the new loop instance's header and system-node reconciliation.
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { sleep } from '../helpers/wait.js'
 import { startAgentdProcess, type AgentdProcess } from './helpers-sdk.js'
@@ -13,7 +13,7 @@ import { startAgentdProcess, type AgentdProcess } from './helpers-sdk.js'
 const never = new Promise<void>(() => {})
 const tool = (name: string) => ({ name, description: `the ${name} tool`, parameters: { type: 'object', properties: {} }, execution: { type: 'client' } })
 
-describe.each(DB_KINDS)('settings PATCH then kill -9 on %s', (kind) => {
+describe.each(APP_DB_KINDS)('settings PATCH then kill -9 on %s', (kind) => {
   let a: AgentdProcess
   let markers = 0
 

@@ -18,6 +18,7 @@ import { runtimeProblem } from '../../src/runtime.js'
 import { openPglite } from '../../src/store/index.js'
 import { section } from '../helpers/markdown.js'
 import { adminUrl, baseUrl } from '../helpers/db-urls.js'
+import { serverArgs } from '../helpers/server-build.js'
 
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-start-'))
@@ -37,12 +38,23 @@ function userEnv(env: Record<string, string>): NodeJS.ProcessEnv {
 }
 
 /**
+ * How a start runs the server: `npm start`'s own command (`node --import tsx src/main.ts`, tsx
+ * transpiling every module as it loads, again in each process) where the start itself is the subject —
+ * the first start's key, a later start, the image's health check, one refused setting — and elsewhere
+ * the same sources transpiled once for the whole run (test/helpers/server-build.ts: the transform tsx
+ * uses, the same paths), which starts in well under half the time: a refused setting, a busy port or
+ * an unreachable database is the server's own code either way.
+ */
+type How = 'npm start' | 'transpiled'
+const commandOf = (how: How) => (how === 'npm start' ? ['--import', 'tsx', 'src/main.ts'] : serverArgs())
+
+/**
  * Starts the server; `stopWhen` returns true on the output seen so far to have it stopped with SIGTERM
  * (else it must exit on its own).
  */
-function start(env: Record<string, string>, stopWhen?: (stdout: string) => boolean): Promise<Run> {
+function start(env: Record<string, string>, stopWhen?: (stdout: string) => boolean, how: How = 'transpiled'): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: PROJECT, env: userEnv(env), stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn(process.execPath, commandOf(how), { cwd: PROJECT, env: userEnv(env), stdio: ['ignore', 'pipe', 'pipe'] })
     let stdout = ''
     let stderr = ''
     let stopped = false
@@ -85,9 +97,10 @@ describe('a bad setting', () => {
     { name: 'a port that is not a number', env: () => ({ PORT: 'eighty' }), variable: 'PORT', problem: /must be a whole number/ },
   ]
 
-  it.each(cases)('$name: one line naming $variable, exit code 2, nothing written', async ({ env, variable, problem }) => {
+  it.each(cases)('$name: one line naming $variable, exit code 2, nothing written', async (c) => {
+    const { env, variable, problem } = c
     const dataDir = path.join(tmp, `data-${variable}-${Math.random().toString(36).slice(2)}`)
-    const r = await start({ AGENTD_DATA_DIR: dataDir, ...env() })
+    const r = await start({ AGENTD_DATA_DIR: dataDir, ...env() }, undefined, c === cases[0] ? 'npm start' : 'transpiled')
     expect(r.code, r.stdout + r.stderr).toBe(2)
     const lines = r.stderr.split('\n').filter(Boolean)
     expect(lines, r.stderr).toHaveLength(1)
@@ -103,11 +116,15 @@ describe('the embedded tenant key', () => {
     const dataDir = path.join(tmp, 'data-key')
     const listening = (out: string) => /"msg":"agentd listening"/.test(out)
     let url = ''
-    const first = await start({ AGENTD_DATA_DIR: dataDir, LOG_LEVEL: 'info' }, (out) => {
-      const m = /"url":"(http:[^"]+)","role"/.exec(out)
-      if (m) url = m[1]
-      return listening(out)
-    })
+    const first = await start(
+      { AGENTD_DATA_DIR: dataDir, LOG_LEVEL: 'info' },
+      (out) => {
+        const m = /"url":"(http:[^"]+)","role"/.exec(out)
+        if (m) url = m[1]
+        return listening(out)
+      },
+      'npm start',
+    )
     expect(first.code, first.stdout + first.stderr).toBe(0)
     const file = path.join(dataDir, 'api-key')
     const key = fs.readFileSync(file, 'utf8').trim()
@@ -123,7 +140,7 @@ describe('the embedded tenant key', () => {
     expect(first.stdout.split(key)).toHaveLength(2)
     expect(first.stdout).not.toMatch(/\b(below|above)\b/)
 
-    const second = await start({ AGENTD_DATA_DIR: dataDir, LOG_LEVEL: 'info' }, listening)
+    const second = await start({ AGENTD_DATA_DIR: dataDir, LOG_LEVEL: 'info' }, listening, 'npm start')
     expect(second.code, second.stdout + second.stderr).toBe(0)
     expect(second.stdout).toContain(`agentd: the API key of tenant "default" is in ${file}\n`)
     expect(second.stdout).not.toContain(key)
@@ -286,13 +303,17 @@ describe("the Docker image's health check", () => {
     const check = (port: string) => spawnSync(process.execPath, args, { env: { ...process.env, PORT: port }, encoding: 'utf8', timeout: 20000 }).status
     let port = ''
     let whileUp: number | null = null
-    const r = await start({ AGENTD_DATA_DIR: path.join(tmp, 'data-healthcheck'), LOG_LEVEL: 'info' }, (out) => {
-      const url = /"msg":"agentd listening"/.test(out) ? /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out) : null
-      if (!url) return false
-      port = url[1]
-      whileUp = check(port)
-      return true
-    })
+    const r = await start(
+      { AGENTD_DATA_DIR: path.join(tmp, 'data-healthcheck'), LOG_LEVEL: 'info' },
+      (out) => {
+        const url = /"msg":"agentd listening"/.test(out) ? /"url":"http:\/\/127\.0\.0\.1:(\d+)"/.exec(out) : null
+        if (!url) return false
+        port = url[1]
+        whileUp = check(port)
+        return true
+      },
+      'npm start',
+    )
     expect(r.code, r.stdout + r.stderr).toBe(0)
     expect(whileUp).toBe(0)
     expect(check(port)).toBe(1)

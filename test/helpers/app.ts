@@ -59,6 +59,9 @@ export interface TestApp {
 
 export const ADMIN_TOKEN = 'test-admin-token'
 
+/** How long waitFor and waitIdle wait for the bus before they read the session again anyway. */
+const RECHECK_MS = 200
+
 export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
   const testDb = o.testDb ?? (await openTestDb(o.kind))
   const models = new ScriptedModels(o.models)
@@ -111,14 +114,41 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     }
     return { status: res.status, body: parsed as any, text, headers: res.headers }
   }
+  /**
+   * What waitFor and waitIdle wait on between two reads over HTTP: the next thing the app's bus says of
+   * the session — a commit in this process or a doorbell of another one, a live frame such as its
+   * status (not the model's streamed chunks), a poke — or RECHECK_MS, whichever comes first (instead of reading every 25 ms). Armed before
+   * the read it follows, so nothing that happens after that read is missed.
+   */
+  const keys = new Map<string, string>()
+  const change = async (id: string): Promise<{ next: Promise<void>; cancel(): void }> => {
+    let key = keys.get(id)
+    if (!key) {
+      const { rows } = await app.db.query<{ key: string }>('SELECT key FROM sessions WHERE tenant_id = $1 AND id = $2', [tenantId, id])
+      if (rows[0]) keys.set(id, (key = rows[0].key))
+    }
+    let done!: () => void
+    const next = new Promise<void>((r) => (done = r))
+    const timer = setTimeout(() => done(), RECHECK_MS)
+    const off = key ? app.bus.subscribe(key, { commit: () => done(), live: (f) => void (f.event !== 'agent/assistant-stream' && done()), poke: () => done(), reset: () => done() }) : () => {}
+    return {
+      next,
+      cancel() {
+        clearTimeout(timer)
+        off()
+        done()
+      },
+    }
+  }
   const admin = await call('POST', '/v1/admin/tenants', { name: 'test' }, { key: ADMIN_TOKEN })
   if (admin.status !== 201) throw new Error(`tenant creation failed: ${admin.status} ${admin.text}`)
   const key: string = admin.body.apiKey
+  const tenantId: string = admin.body.tenant.id
   const t: TestApp = {
     app,
     url,
     key,
-    tenantId: admin.body.tenant.id,
+    tenantId,
     adminToken: ADMIN_TOKEN,
     models,
     testDb,
@@ -141,10 +171,15 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     async waitFor(id, pred, timeoutMs = 10000) {
       const deadline = Date.now() + timeoutMs
       for (;;) {
-        const evs = await t.events(id)
-        if (evs.some((e) => pred(e, evs))) return evs
-        if (Date.now() > deadline) throw new Error(`timed out waiting in session ${id}; log: ${evs.map((e) => e.type).join(' ')}`)
-        await new Promise((r) => setTimeout(r, 25))
+        const wake = await change(id)
+        try {
+          const evs = await t.events(id)
+          if (evs.some((e) => pred(e, evs))) return evs
+          if (Date.now() > deadline) throw new Error(`timed out waiting in session ${id}; log: ${evs.map((e) => e.type).join(' ')}`)
+          await wake.next
+        } finally {
+          wake.cancel()
+        }
       }
     },
     waitForTurnEnd(id, turn, timeoutMs) {
@@ -153,12 +188,17 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     async waitIdle(id, timeoutMs = 10000) {
       const deadline = Date.now() + timeoutMs
       for (;;) {
-        const s = await call('GET', `/v1/sessions/${encodeURIComponent(id)}`)
-        const evs = await t.events(id)
-        const open = evs.filter((e) => e.type === 'turn/start').length - evs.filter((e) => e.type === 'turn/end').length
-        if (s.body?.status === 'idle' && open === 0) return evs
-        if (Date.now() > deadline) throw new Error(`session ${id} not idle after ${timeoutMs} ms`)
-        await new Promise((r) => setTimeout(r, 25))
+        const wake = await change(id)
+        try {
+          const s = await call('GET', `/v1/sessions/${encodeURIComponent(id)}`)
+          const evs = await t.events(id)
+          const open = evs.filter((e) => e.type === 'turn/start').length - evs.filter((e) => e.type === 'turn/end').length
+          if (s.body?.status === 'idle' && open === 0) return evs
+          if (Date.now() > deadline) throw new Error(`session ${id} not idle after ${timeoutMs} ms`)
+          await wake.next
+        } finally {
+          wake.cancel()
+        }
       }
     },
     async close(c = {}) {

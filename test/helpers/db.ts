@@ -11,7 +11,24 @@ import { openPg, openPglite, type Db } from '../../src/store/index.js'
 import { adminUrl, baseUrl } from './db-urls.js'
 
 export type DbKind = 'pg' | 'pglite'
+/** Both databases: the store's contract tests and the few others that depend on the database (docs/testing.md). */
 export const DB_KINDS: DbKind[] = ['pg', 'pglite']
+
+/**
+ * The one database of the integration and end-to-end tests that are not about the store (docs/testing.md,
+ * "Which tests run on which database, and why"): PostgreSQL, the database of every deployment with more
+ * than one process, where the app's requests really run concurrently (a pool, the PgBus) and which starts
+ * in a fraction of PGlite's time. What such a test needs of the store is held on both databases by the
+ * store's tests. `TEST_DB=pglite` runs these tests on PGlite instead, `TEST_DB=both` on both.
+ */
+export const APP_DB_KINDS: DbKind[] = appDbKinds(process.env.TEST_DB)
+
+export function appDbKinds(v: string | undefined): DbKind[] {
+  if (!v || v === 'pg') return ['pg']
+  if (v === 'pglite') return ['pglite']
+  if (v === 'both') return DB_KINDS
+  throw new Error(`TEST_DB is pg, pglite or both, not ${JSON.stringify(v)}`)
+}
 
 export interface TestDb {
   db: Db

@@ -10,8 +10,9 @@ import pg from 'pg'
 import { migrate, openPg, openPglite } from '../../src/store/index.js'
 import { adminCandidates, baseUrl, configuredUrl, shownUrl, TEMPLATE_DB } from './db-urls.js'
 import { buildServer } from './server-build.js'
+import { sdkBuildPaths } from './sdk-build.js'
 
-type Provide = (k: 'pgTemplate' | 'pgliteTemplate' | 'pgAdminUrl', v: string) => void
+type Provide = (k: 'pgTemplate' | 'pgliteTemplate' | 'pgAdminUrl' | 'sdkBuildDir', v: string) => void
 
 /** What keeps the suite from using the server, said in one line. */
 export class SetupProblem extends Error {}
@@ -81,11 +82,16 @@ export default async function setup({ provide }: { provide: Provide }) {
   await migrate(lite)
   await lite.close()
 
+  // the client library's build, made by the first test file that needs it (sdk-build.ts)
+  const sdk = sdkBuildPaths(path.join(os.tmpdir(), `agentd-sdk-build-${process.pid}-${Date.now()}`))
+
   provide('pgAdminUrl', adminUrl)
   provide('pgTemplate', tmpl)
   provide('pgliteTemplate', dir)
+  provide('sdkBuildDir', sdk.dir)
   return async () => {
     fs.rmSync(dir, { recursive: true, force: true })
+    for (const p of Object.values(sdk)) fs.rmSync(p, { recursive: true, force: true })
     const c = new pg.Client({ connectionString: adminUrl })
     await c.connect()
     // leftover per-file databases of this run, then the template

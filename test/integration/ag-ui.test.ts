@@ -1,4 +1,4 @@
-// API.md §17.3 on both databases, with AG-UI's own packages: HttpAgent.runAgent gives a stream that
+// API.md §17.3 on one database (docs/testing.md), with AG-UI's own packages: HttpAgent.runAgent gives a stream that
 // @ag-ui/core's event schemas and @ag-ui/client's verifier accept; an approval ends the run as an
 // interrupt and a `resume` entry runs the call; connectAgent gets the history snapshot; the same POST
 // with Last-Event-ID resumes exactly after it and still verifies; bad input writes nothing.
@@ -10,7 +10,7 @@ import type { BaseEvent, RunAgentInput } from '@ag-ui/core'
 import { EventSchemas } from '@ag-ui/core/schemas'
 import { firstValueFrom, from, lastValueFrom, toArray, type Observable } from 'rxjs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
 
@@ -40,7 +40,7 @@ async function frames(res: Response): Promise<Array<{ id: number; event: any }>>
     .map((b) => ({ id: Number(/^id: (\d+)$/m.exec(b)?.[1]), event: JSON.parse(/^data: (.*)$/m.exec(b)![1]) }))
 }
 
-describe.each(DB_KINDS)('AG-UI on %s', (kind) => {
+describe.each(APP_DB_KINDS)('AG-UI on %s', (kind) => {
   let t: TestApp
   let tools: http.Server
   let cleaned = 0

@@ -1,5 +1,5 @@
 // API.md §17 intro "Resume beyond the anchors" for the AI SDK UI stream (§17.2) and AG-UI (§17.3), on
-// both databases, with the generated scripts of the Responses resume test (text, reasoning, server tool
+// one database (docs/testing.md), with the generated scripts of the Responses resume test (text, reasoning, server tool
 // calls, retried attempts, a steer mid-turn): each span is read once live as it runs and once after it
 // ended (the same message id, the same runId: nothing inserted) — the same bytes; and an AG-UI run is
 // resumed with Last-Event-ID at every id N: exactly the frames after N, after RUN_STARTED and the
@@ -8,14 +8,14 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
 import { generateScript } from '../helpers/resume-scripts.js'
 
 const blocks = (text: string) => text.split('\n\n').filter((f) => f !== '').map((f) => `${f}\n\n`)
 
-describe.each(DB_KINDS)('chat protocols resume on %s', (kind) => {
+describe.each(APP_DB_KINDS)('chat protocols resume on %s', (kind) => {
   let t: TestApp
   let toolServer: http.Server
   beforeAll(async () => {

@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { SUMMARY_INSTRUCTION, CHECKPOINT_PREAMBLE } from '../../src/plugins/compaction.js'
 import type { SessionEvent } from '../../src/session/index.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
 import type { Recorded, Step } from '../helpers/scripted.js'
@@ -25,7 +25,7 @@ afterEach(async () => {
   t = undefined
 })
 
-describe.each(DB_KINDS)('compaction on %s', (kind) => {
+describe.each(APP_DB_KINDS)('compaction on %s', (kind) => {
   const start = async (env: Record<string, string> = {}, window = 2048) => {
     const problems: string[] = []
     t = await startTestApp({ kind, env, models: [{ id: 'small', contextWindow: window, maxTokens: 256 }], plugins: [(root, db) => reconstructionCheck(db, problems)(root)] })

@@ -1,10 +1,10 @@
-// API.md §18, browsers on other origins, on both databases: AGENTD_CORS_ORIGINS answers preflights of
+// API.md §18, browsers on other origins, on one database (docs/testing.md): AGENTD_CORS_ORIGINS answers preflights of
 // its origins only (@fastify/cors), a tenant narrows it (403 forbidden), agentd's own origin is always
 // let in, and no answer allows credentials or carries one. Without the variable nothing changes.
 
 import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 
 const ALLOWED = 'http://app.example.test'
@@ -16,7 +16,7 @@ async function call(url: string, init: RequestInit): Promise<{ status: number; h
   return { status: res.status, headers: res.headers, text: await res.text() }
 }
 
-describe.each(DB_KINDS)('CORS on %s', (kind) => {
+describe.each(APP_DB_KINDS)('CORS on %s', (kind) => {
   let t: TestApp
   let token: string
   const seen: Array<{ headers: Headers; text: string }> = []

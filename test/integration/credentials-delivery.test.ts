@@ -8,7 +8,7 @@ import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Db } from '../../src/store/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { expectValidLog } from '../helpers/invariants.js'
 
 /** The server's database, remembering every statement text it is sent. */
@@ -29,7 +29,7 @@ function recording(): { wrap: (db: Db) => Db; texts: string[] } {
 /** the read of a session by a token (store getSession) */
 const SESSION_READ = /FROM sessions WHERE tenant_id = \$1 AND id = \$2/
 
-describe.each(DB_KINDS)('a token’s deliveries to a session this process drives (%s)', (kind) => {
+describe.each(APP_DB_KINDS)('a token’s deliveries to a session this process drives (%s)', (kind) => {
   let t: TestApp
   let texts: string[]
   const mint = async (body: Record<string, unknown>) => (await t.api('POST', '/v1/tokens', body)).body.token as string

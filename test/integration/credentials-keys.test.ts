@@ -1,4 +1,4 @@
-// The keys agentd signs its tokens with (API.md §18), on both databases: two servers on one database
+// The keys agentd signs its tokens with (API.md §18), on one database (docs/testing.md): two servers on one database
 // agree on them, a rotation leaves tokens signed before it working until they expire, a retired key
 // leaves the key set once its last token has expired, the private halves are stored sealed, a forged
 // kid makes a server read the keys at most once per second, and without AGENTD_SECRET_KEY on PostgreSQL
@@ -7,14 +7,14 @@
 import crypto from 'node:crypto'
 import { decodeJwt, decodeProtectedHeader, generateKeyPair, SignJWT } from 'jose'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { countingDb, DB_KINDS, openTestDb } from '../helpers/db.js'
+import { APP_DB_KINDS, countingDb, openTestDb } from '../helpers/db.js'
 import { startIdp } from '../helpers/idp.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 
 const HOUR = 3600_000
 const DAY = 24 * HOUR
 
-describe.each(DB_KINDS)('signing keys on %s', (kind) => {
+describe.each(APP_DB_KINDS)('signing keys on %s', (kind) => {
   let now = Date.now()
   const clock = () => now
   let a: TestApp

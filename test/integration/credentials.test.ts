@@ -1,4 +1,4 @@
-// API.md §18 over real sockets on both databases: agentd's own tokens (minted with a key, EdDSA, their
+// API.md §18 over real sockets on one database (docs/testing.md): agentd's own tokens (minted with a key, EdDSA, their
 // JWKS), a tenant's own identity provider (a JWKS served by the test, end-user tokens signed with jose),
 // scopes, session and subject limits, the bad tokens that are 401 with one message, and verification
 // from memory once a token was seen.
@@ -7,7 +7,7 @@ import crypto from 'node:crypto'
 import { createLocalJWKSet, decodeProtectedHeader, exportJWK, generateKeyPair, jwtVerify, SignJWT, UnsecuredJWT } from 'jose'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TOKEN_REFUSED } from '../../src/http/auth.js'
-import { countingDb, DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS, countingDb } from '../helpers/db.js'
 import { b64, startIdp, type Idp } from '../helpers/idp.js'
 import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
 import { wsAttempt } from '../helpers/ws.js'
@@ -41,7 +41,7 @@ function nextFrame(ws: import('ws').WebSocket, pred: (f: any) => boolean, timeou
   })
 }
 
-describe.each(DB_KINDS)('credentials for browsers and end users on %s', (kind) => {
+describe.each(APP_DB_KINDS)('credentials for browsers and end users on %s', (kind) => {
   let t: TestApp
   let counted: ReturnType<typeof countingDb>
   let idp: Idp

@@ -1,4 +1,4 @@
-// What the documentation shows works on a real server, on PostgreSQL and PGlite: the example plugins of
+// What the documentation shows works on a real server, on one database (docs/testing.md): the example plugins of
 // docs/examples do what docs/plugins.md says, every live frame a stream sends is one docs/api.md
 // documents, GET /metrics serves exactly the agentd metrics docs/operations.md lists, and the webhook
 // receiver example verifies what the server sends, as a module and run as its comment says.
@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { renderApiDoc } from '../../scripts/docs.js'
 import { openSse, startTestApp, type SseFrame, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { until } from '../helpers/wait.js'
 import { freePort } from '../e2e/helpers-processes.js'
 
@@ -32,7 +32,7 @@ async function receiver(): Promise<{ url: string; bodies: any[]; close(): Promis
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/alerts`, bodies, close: () => new Promise((r) => server.close(() => r())) }
 }
 
-describe.each(DB_KINDS)('the documentation on a real server (%s)', (kind) => {
+describe.each(APP_DB_KINDS)('the documentation on a real server (%s)', (kind) => {
   let t: TestApp
   let alerts: Awaited<ReturnType<typeof receiver>>
   const streams: Array<{ frames: SseFrame[]; close(): void }> = []

@@ -1,18 +1,18 @@
 // docs/protocols.md's A2A and MCP server examples (its `javascript` blocks), each run as written as a
-// module against a real server (only its address and key swapped in), on both databases: they send,
+// module against a real server (only its address and key swapped in), on one database (docs/testing.md): they send,
 // stream and resubscribe, and print what the page says.
 
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const blocks = (md: string) => [...md.matchAll(/```javascript\n([\s\S]*?)```/g)].map((m) => m[1])
 
-describe.each(DB_KINDS)('docs/protocols.md A2A and MCP examples on %s', (kind) => {
+describe.each(APP_DB_KINDS)('docs/protocols.md A2A and MCP examples on %s', (kind) => {
   let t: TestApp
   beforeAll(async () => {
     t = await startTestApp({ kind })

@@ -1,12 +1,12 @@
 // `faux/tools` (docs/models.md, issue 34 item 10): agentd's built-in model for trying tools without a
-// provider key. Over HTTP on PostgreSQL and PGlite: a `/call <tool> <JSON>` line in a user message makes it
+// provider key. Over HTTP on one database (docs/testing.md): a `/call <tool> <JSON>` line in a user message makes it
 // call the session's tool with those arguments; a client tool waits for its result, an approval for its
 // decision; after the results it answers with them, one line each, `<tool>: <text>`.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { SessionEvent } from '../../src/session/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { expectValidLog } from '../helpers/invariants.js'
 
 const lookupOrder = (extra: Record<string, unknown> = {}) => ({
@@ -20,7 +20,7 @@ const lookupOrder = (extra: Record<string, unknown> = {}) => ({
 const answers = (log: SessionEvent[]) =>
   log.filter((e) => e.type === 'assistant/message').map((e) => ((e.data as any).message.content as Array<{ type: string; text?: string }>).flatMap((b) => (b.type === 'text' ? [b.text] : [])).join(''))
 
-describe.each(DB_KINDS)('faux/tools on %s', (kind) => {
+describe.each(APP_DB_KINDS)('faux/tools on %s', (kind) => {
   let t: TestApp
   beforeAll(async () => {
     t = await startTestApp({ kind })

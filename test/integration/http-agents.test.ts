@@ -1,10 +1,10 @@
-// API.md §16 (agents) and §4 (sessions made from them) on both databases: the agent object, idempotent
+// API.md §16 (agents) and §4 (sessions made from them) on one database (docs/testing.md): the agent object, idempotent
 // create, immutable versions, the list and its paging, delete; a session from `id` or `id@version`
 // with body settings overriding the version's, its `agent` and `settings`, fork; and bad input, which
 // gets the documented error and writes nothing.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { DEFAULT_AGENT, ensureDefaultAgent } from '../../src/embedded-tenant.js'
 
@@ -12,7 +12,7 @@ const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/
 const CLIENT_TOOL = { name: 'lookup_order', description: 'finds an order', parameters: { type: 'object', properties: { id: { type: 'string' } } }, execution: { type: 'client' } }
 const OTHER_TOOL = { name: 'refund', description: 'refunds an order', parameters: { type: 'object', properties: {} }, execution: { type: 'client' } }
 
-describe.each(DB_KINDS)('agents on %s', (kind) => {
+describe.each(APP_DB_KINDS)('agents on %s', (kind) => {
   let t: TestApp
   beforeAll(async () => {
     t = await startTestApp({ kind, models: [{ id: 'scripted' }, { id: 'other' }] })

@@ -1,4 +1,4 @@
-// API.md §3 (authentication and tenants) over real sockets on both databases: bearer keys, revoked
+// API.md §3 (authentication and tenants) over real sockets on one database (docs/testing.md): bearer keys, revoked
 // keys, admin routes, ?access_token on stream and ws only, and tenant isolation on every session route.
 
 import pino from 'pino'
@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { loadConfig } from '../../src/config.js'
 import { startApp } from '../../src/app.js'
 import { tenants } from '../../src/store/index.js'
-import { DB_KINDS, openTestDb } from '../helpers/db.js'
+import { APP_DB_KINDS, openTestDb } from '../helpers/db.js'
 import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
@@ -32,7 +32,7 @@ async function probe(url: string, headers: Record<string, string>): Promise<{ st
 
 const wsUrl = (httpUrl: string) => httpUrl.replace(/^http/, 'ws')
 
-describe.each(DB_KINDS)('authentication and tenants on %s', (kind) => {
+describe.each(APP_DB_KINDS)('authentication and tenants on %s', (kind) => {
   let t: TestApp
   let keyB: string
   let tenantB: string

@@ -1,10 +1,10 @@
-// API.md §10 (errors) on both databases: 415, malformed JSON, schema violations naming the field,
+// API.md §10 (errors) on one database (docs/testing.md): 415, malformed JSON, schema violations naming the field,
 // 413 over a real socket, 404s, 422, refused tool URLs, lossless JSON — and nothing is written by any
 // refused request: log, inbox, session object and table row counts are unchanged.
 
 import http from 'node:http'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 
@@ -48,7 +48,7 @@ interface Snapshot {
   counts: Record<string, number>
 }
 
-describe.each(DB_KINDS)('bad input is refused and writes nothing on %s', (kind) => {
+describe.each(APP_DB_KINDS)('bad input is refused and writes nothing on %s', (kind) => {
   let t: TestApp
   let sid: string
   const tables = ['tenants', 'api_keys', 'sessions', 'session_events', 'idempotency', 'pending_calls']

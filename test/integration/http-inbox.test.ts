@@ -1,9 +1,9 @@
-// API.md §5 (the inbox) on both databases: deliveries and their splices, the stored UserMessage,
+// API.md §5 (the inbox) on one database (docs/testing.md): deliveries and their splices, the stored UserMessage,
 // idempotency by id and by Idempotency-Key, queue removal, idle inject, and cancel (SPEC §4, §5.5, §18.4).
 
 import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
@@ -13,7 +13,7 @@ import type { SessionEvent } from '../../src/session/index.js'
 const types = (evs: Array<{ type: string }>) => evs.map((e) => e.type)
 const userMsg = (id: string, text: string) => ({ id, role: 'user', content: [{ type: 'text', text }], source: { kind: 'user' } })
 
-describe.each(DB_KINDS)('the inbox over HTTP on %s', (kind) => {
+describe.each(APP_DB_KINDS)('the inbox over HTTP on %s', (kind) => {
   let t: TestApp
   beforeAll(async () => {
     t = await startTestApp({ kind })

@@ -11,7 +11,7 @@ import type { Db } from '../../src/store/index.js'
 import { appendConditional, readForIntake, stamp } from '../../src/store/index.js'
 import { applySplice, planDelivery, toUserMessage } from '../../src/session/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { userTexts, type Ev } from '../helpers/events.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { until } from '../helpers/wait.js'
@@ -40,7 +40,7 @@ afterEach(async () => {
   t = undefined
 })
 
-describe.each(DB_KINDS)('deliveries to a session this process drives (%s)', (kind) => {
+describe.each(APP_DB_KINDS)('deliveries to a session this process drives (%s)', (kind) => {
   async function start(): Promise<{ t: TestApp; texts: string[] }> {
     const r = recording()
     t = await startTestApp({ kind, wrapDb: r.wrap })

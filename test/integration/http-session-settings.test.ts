@@ -1,4 +1,4 @@
-// API.md §4: PATCH /v1/sessions/:id of the session's settings, on both databases. A change made while
+// API.md §4: PATCH /v1/sessions/:id of the session's settings, on one database (docs/testing.md). A change made while
 // a step runs leaves that step's request alone and reaches the next step's, recorded only through
 // SPEC's own machinery (a system-node replacement for the text, request/header {reason:'change'} for
 // tools, model and limits), with every request reconstructable from the log (SPEC §8.10). Bad input
@@ -8,7 +8,7 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
 import { gate, type Recorded } from '../helpers/scripted.js'
@@ -39,7 +39,7 @@ const ORDER = () => ({ name: 'lookup_order', description: 'finds an order', para
 const headers = (log: SessionEvent[]) => log.filter((e) => e.type === 'request/header') as Array<SessionEvent & { data: any }>
 const stepOf = (log: SessionEvent[], seq: number) => (log.filter((e) => e.type === 'step/start' && e.seq < seq).at(-1)?.data as { step: number } | undefined)?.step
 
-describe.each(DB_KINDS)('session settings PATCH on %s', (kind) => {
+describe.each(APP_DB_KINDS)('session settings PATCH on %s', (kind) => {
   let t: TestApp
   const problems: string[] = []
   const seen = { n: 0 }

@@ -1,8 +1,8 @@
-// API.md §4 (sessions) and §9 (fork) on both databases: the session object, idempotent create,
+// API.md §4 (sessions) and §9 (fork) on one database (docs/testing.md): the session object, idempotent create,
 // patch, the list and its paging, delete, and fork boundaries, splices, usage and independence.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
@@ -17,7 +17,7 @@ async function nextMs(ms = Date.now()): Promise<void> {
   while (Date.now() <= ms) await new Promise((r) => setTimeout(r, 1))
 }
 
-describe.each(DB_KINDS)('sessions and fork on %s', (kind) => {
+describe.each(APP_DB_KINDS)('sessions and fork on %s', (kind) => {
   let t: TestApp
   beforeAll(async () => {
     t = await startTestApp({ kind })

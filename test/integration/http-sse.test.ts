@@ -1,9 +1,9 @@
-// API.md §6 Server-Sent Events over a real socket on both databases: resume with Last-Event-ID and
+// API.md §6 Server-Sent Events over a real socket on one database (docs/testing.md): resume with Last-Event-ID and
 // ?after=, frame shapes and order on connect, the live frames of a turn (SPEC §9.2, §18.11), and the
 // late subscriber's snapshot.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { openSse, startTestApp, type SseFrame, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
@@ -24,7 +24,7 @@ function expectIds(frames: SseFrame[]) {
   }
 }
 
-describe.each(DB_KINDS)('SSE on %s', (kind) => {
+describe.each(APP_DB_KINDS)('SSE on %s', (kind) => {
   let t: TestApp
   let auth: Record<string, string>
   const open: Sse[] = []

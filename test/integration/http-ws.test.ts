@@ -1,10 +1,10 @@
-// API.md §6 WebSocket on both databases: the stream frames as JSON {event, id?, data}, input ops with
+// API.md §6 WebSocket on one database (docs/testing.md): the stream frames as JSON {event, id?, data}, input ops with
 // their acks, cancel, bad messages, authentication before the upgrade, ?after= resume, and a client
 // that stops reading: cut with a final stream/error slow-consumer message, its buffer bounded.
 
 import WebSocket from 'ws'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
@@ -79,7 +79,7 @@ function connect(url: string, headers: Record<string, string> = {}): Promise<Cli
   })
 }
 
-describe.each(DB_KINDS)('WebSocket on %s', (kind) => {
+describe.each(APP_DB_KINDS)('WebSocket on %s', (kind) => {
   let t: TestApp
   let auth: Record<string, string>
   const clients: Client[] = []

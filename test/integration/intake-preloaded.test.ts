@@ -9,7 +9,7 @@ import { Intake, KeyedMutex } from '../../src/agent/index.js'
 import { toUserMessage } from '../../src/session/index.js'
 import { tenants } from '../../src/store/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { countingDb, DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS, countingDb } from '../helpers/db.js'
 import { userTexts, type Ev } from '../helpers/events.js'
 import { expectValidLog } from '../helpers/invariants.js'
 
@@ -19,7 +19,7 @@ afterEach(async () => {
   t = undefined
 })
 
-describe.each(DB_KINDS)('a delivery planned on the row its route read (%s)', (kind) => {
+describe.each(APP_DB_KINDS)('a delivery planned on the row its route read (%s)', (kind) => {
   it('costs one statement with the preloaded row, two without; a stale row is read again and every message arrives once', async () => {
     t = await startTestApp({ kind })
     const s = await t.createSession()

@@ -1,16 +1,16 @@
-// API.md §4 `lastTurn` on both databases: null before the first turn ends, then the latest turn/end's
+// API.md §4 `lastTurn` on one database (docs/testing.md): null before the first turn ends, then the latest turn/end's
 // number, reason and time after a completed, a failed, a cancelled and a crash-repaired turn, the same
 // in the session object and in the list, and always what the log itself says.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { d, types } from '../helpers/events.js'
 import { leaveCrashedTurn } from '../helpers/crashed.js'
 import type { SessionEvent } from '../../src/session/index.js'
 
-describe.each(DB_KINDS)('lastTurn on %s', (kind) => {
+describe.each(APP_DB_KINDS)('lastTurn on %s', (kind) => {
   let t: TestApp
   beforeAll(async () => {
     t = await startTestApp({ kind, env: { AGENTD_RATE_LIMIT_PER_MIN: '1000000' } })

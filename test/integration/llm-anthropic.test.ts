@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { createLlmService, type LlmRequest } from '../../src/llm/index.js'
 import type { Message, StreamChunk } from '../../src/session/index.js'
 import { startTestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { anthropicStream, type AnthropicReply } from '../helpers/wire-server.js'
 
 const user = (text: string, id: string): Message => ({ id, role: 'user', content: [{ type: 'text', text }], source: { kind: 'user' } })
@@ -64,7 +64,7 @@ describe('Anthropic message threads stay off (SPEC §8.10)', () => {
   })
 })
 
-describe.each(DB_KINDS)('pi-ai session resources (%s)', (kind) => {
+describe.each(APP_DB_KINDS)('pi-ai session resources (%s)', (kind) => {
   it("are freed when the driver releases a session's Agent (cleanupSessionResources)", async () => {
     const t = await startTestApp({ kind, env: { AGENTD_IDLE_RELEASE_MS: '200' } })
     try {

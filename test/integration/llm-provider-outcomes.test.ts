@@ -1,5 +1,5 @@
 // Issue 34, items 2–4, through pi-ai's real anthropic-messages and openai-responses clients against a local
-// server speaking their wire formats with recorded-shape streams, in the loop, on PostgreSQL and PGlite:
+// server speaking their wire formats with recorded-shape streams, in the loop, on one database (docs/testing.md):
 // - a refusal (Anthropic `stop_reason: "refusal"`, an OpenAI Responses refusal part, a Responses
 //   `incomplete` for content_filter) is a terminal finish with code REFUSAL, never retried, and the turn
 //   ends `error` saying so (SPEC §3.5, §10.5);
@@ -11,7 +11,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { SessionEvent } from '../../src/session/index.js'
-import { DB_KINDS, openTestDb, type TestDb } from '../helpers/db.js'
+import { APP_DB_KINDS, openTestDb, type TestDb } from '../helpers/db.js'
 import { startFixtureApp, type FixtureApp } from '../helpers/replay-fixture.js'
 import { anthropicStream, geminiStream, responsesStream, startWireServer, type SseEvent, type WireServer } from '../helpers/wire-server.js'
 
@@ -34,7 +34,7 @@ const models = (origin: string) => ({
 
 const ofType = <T = any>(log: SessionEvent[], type: string) => log.filter((e) => e.type === type).map((e) => e.data as T)
 
-describe.each(DB_KINDS)('provider outcomes through the real clients, on %s', (kind) => {
+describe.each(APP_DB_KINDS)('provider outcomes through the real clients, on %s', (kind) => {
   let wire: WireServer
   let testDb: TestDb
   let f: FixtureApp

@@ -1,5 +1,5 @@
 // SPEC §10.5 / §18.2 the llm-retry plugin: policyKey() and backoff() as units, then the plugin in the
-// real loop on both databases. Models-file providers carry their own retry policies (tiny delays), so
+// real loop on one database (docs/testing.md). Models-file providers carry their own retry policies (tiny delays), so
 // budgets run fast; the scripted model serves both the catalogue-style route `test/scripted` (the
 // default policy) and the models-file routes (their `api` is the scripted pi-ai API).
 
@@ -7,7 +7,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS, openTestDb, type DbKind, type TestDb } from '../helpers/db.js'
+import { APP_DB_KINDS, openTestDb, type DbKind, type TestDb } from '../helpers/db.js'
 import { ADMIN_TOKEN } from '../helpers/app.js'
 import { ScriptedModels } from '../helpers/scripted.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
@@ -158,7 +158,7 @@ async function startRetryApp(kind: DbKind, problems: string[]): Promise<RetryApp
   }
 }
 
-describe.each(DB_KINDS)('the llm-retry plugin in the loop on %s', (kind) => {
+describe.each(APP_DB_KINDS)('the llm-retry plugin in the loop on %s', (kind) => {
   let t: RetryApp
   const problems: string[] = []
   beforeAll(async () => {

@@ -1,10 +1,10 @@
 // SPEC §16.1 (prompt admission, without the compaction cases 3–4) and §16.2 (reconciliation) through
 // the real server: HTTP deliveries, the real Agent and driver, the scripted model behind agentd's pi-ai
-// adapter, on PostgreSQL and PGlite. Every session log is checked against SPEC §15 and every loop
+// adapter, on one database (docs/testing.md). Every session log is checked against SPEC §15 and every loop
 // request against the reconstruction property (§8.10).
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import type { TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
 import { ofType, textOf, turnOf, types, type Ev } from '../helpers/events.js'
@@ -57,7 +57,7 @@ const sysView = (e: Ev) => [e.surfaceOp, textOf(e.data.message)]
 const replaceOf = (seq: number) => ({ op: 'replace', start: seq, end: seq })
 const systemTexts = (req: any) => req.messages.filter((m: any) => m.role === 'system').map((m: any) => textOf(m))
 
-describe.each(DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation on %s', (kind) => {
+describe.each(APP_DB_KINDS)('SPEC §16.1 prompt admission and §16.2 reconciliation on %s', (kind) => {
   let h: AdmissionHarness
   let t: TestApp
   beforeAll(async () => {

@@ -1,9 +1,9 @@
-// SPEC §16.4 cancellation through the real loop on both databases: keepInbox, the wake latch (C18),
+// SPEC §16.4 cancellation through the real loop on one database (docs/testing.md): keepInbox, the wake latch (C18),
 // cancelling an idle session, prefix finalization (§9.3, §18.8), cancels during error recovery
 // (§10.1, §18.3), the first cause winning (§5.5), C16, C17 and cancels issued by observers (§18.9).
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
 import { gate as makeGate } from '../helpers/scripted.js'
@@ -92,7 +92,7 @@ const abortedPromise = (signal: AbortSignal) =>
     signal.addEventListener('abort', () => r(), { once: true })
   })
 
-describe.each(DB_KINDS)('SPEC §16.4 cancellation on %s', (kind) => {
+describe.each(APP_DB_KINDS)('SPEC §16.4 cancellation on %s', (kind) => {
   let t: TestApp
   const probe = new Probe()
   const problems: string[] = []

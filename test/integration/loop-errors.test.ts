@@ -1,9 +1,9 @@
-// SPEC §16.6 (request errors) and §16.8 (edges and reconstruction) through the real loop on both
-// databases. The built-in plugins are off here, so the only agent/request-error listener is the
+// SPEC §16.6 (request errors) and §16.8 (edges and reconstruction) through the real loop on one
+// database (docs/testing.md). The built-in plugins are off here, so the only agent/request-error listener is the
 // test's own (C19 style); llm-retry itself is covered in llm-retry.test.ts.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
 import { d, ofType, throughSeed, turnEnd, types, userTexts } from '../helpers/events.js'
@@ -102,7 +102,7 @@ class Instruments {
   }
 }
 
-describe.each(DB_KINDS)('SPEC §16.6 and §16.8 on %s', (kind) => {
+describe.each(APP_DB_KINDS)('SPEC §16.6 and §16.8 on %s', (kind) => {
   let t: TestApp
   const ins = new Instruments()
   const problems: string[] = []

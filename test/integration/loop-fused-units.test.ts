@@ -17,7 +17,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import type { Context } from '../../src/hooks/index.js'
 import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS, DB_KINDS } from '../helpers/db.js'
 import { gate } from '../helpers/scripted.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import type { Ev } from '../helpers/events.js'
@@ -110,7 +110,7 @@ async function pendingWhen(id: string, ready: (body: any) => boolean): Promise<a
   return body
 }
 
-describe.each(DB_KINDS)('fused units (%s)', (kind) => {
+describe.each(APP_DB_KINDS)('fused units (%s)', (kind) => {
   it('a one-tool turn: the last tool/result carries its step/end, the last step/end carries the turn/end', async () => {
     const { s, log, u } = await runToolTurn(kind, 'ping')
     expect(u.slice(u.indexOf('turn/start + agent/inbox/spliced'))).toEqual([

@@ -1,11 +1,11 @@
 // SPEC §16.5 (interception) through the real server: plugin listeners on agent/pre-step,
 // agent/session-start, tools/pre-execute and tool results with additionalContexts, with HTTP
 // deliveries, the real Agent and driver and the scripted model behind agentd's pi-ai adapter, on
-// PostgreSQL and PGlite. Every session log is checked against SPEC §15 and every loop request
+// one database (docs/testing.md). Every session log is checked against SPEC §15 and every loop request
 // against the reconstruction property (§8.10).
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import type { TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
 import { ofType, stepAt, textOf, turnOf, types } from '../helpers/events.js'
@@ -14,7 +14,7 @@ import { until } from '../helpers/wait.js'
 
 const piText = (m: any) => (typeof m.content === 'string' ? m.content : m.content.map((b: any) => b.text ?? '').join(''))
 
-describe.each(DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
+describe.each(APP_DB_KINDS)('SPEC §16.5 interception on %s', (kind) => {
   let h: Harness
   let t: TestApp
   beforeAll(async () => {

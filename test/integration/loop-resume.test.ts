@@ -1,11 +1,11 @@
-// SPEC §13 and §16.9 (resume) on both databases: instance lifetime and idle release (§13.3a), resume of
+// SPEC §13 and §16.9 (resume) on one database (docs/testing.md): instance lifetime and idle release (§13.3a), resume of
 // a completed log (C24: session/end-seed, then H(resume)), an idle inject while released, a failed load
 // that writes nothing, and crash repair of a log left inside an open turn (§13.1–13.2), taken over by
 // the worker's scan without a delivery.
 
 import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import type { Step } from '../helpers/scripted.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
@@ -16,7 +16,7 @@ import type { SessionEvent } from '../../src/session/index.js'
 
 const IDLE_RELEASE_MS = 300
 
-describe.each(DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => {
+describe.each(APP_DB_KINDS)('SPEC §13 / §16.9 resume and repair on %s', (kind) => {
   let t: TestApp
   const problems: string[] = []
   const sessionStarts = new Map<string, string[]>()

@@ -1,4 +1,4 @@
-// SPEC §16.7 and §11 tool execution through the real loop on both databases: the rolling pool and its
+// SPEC §16.7 and §11 tool execution through the real loop on one database (docs/testing.md): the rolling pool and its
 // cap (C9), barriers (C10), reclassification (C11), model-order commits and hooks, context order
 // (C12), abort handling, quiescence after a scheduler failure, canonical tool order; http, client and
 // builtin tools, approvals (API.md §4, §7), unknown tools, argument parsing (§11.2) and `meta`.
@@ -6,7 +6,7 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
 import { d, ofType, turnEnd, types } from '../helpers/events.js'
@@ -134,7 +134,7 @@ describe('AGENTD_MAX_PARALLEL_TOOL_CALLS (SPEC §11.4)', () => {
   })
 })
 
-describe.each(DB_KINDS)('SPEC §16.7 tools on %s', (kind) => {
+describe.each(APP_DB_KINDS)('SPEC §16.7 tools on %s', (kind) => {
   let t: TestApp
   const probe = new Probe()
   const problems: string[] = []

@@ -1,9 +1,9 @@
 // SPEC §16.3 (the loop) through the real server: HTTP deliveries, the real Agent and driver, the
-// scripted model behind agentd's pi-ai adapter, on PostgreSQL and PGlite. Every session log is
+// scripted model behind agentd's pi-ai adapter, on one database (docs/testing.md). Every session log is
 // checked against SPEC §15 and every loop request against the reconstruction property (§8.10).
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import type { SseFrame, TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
 import { expand, ofType, stepAt, textOf, turnOf, types, type Ev } from '../helpers/events.js'
@@ -42,7 +42,7 @@ const finishOf = (am: Ev) => am.data.stream.filter((r: any) => r.type === 'chunk
 
 // ---------------------------------------------------------------------------------------------
 
-describe.each(DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
+describe.each(APP_DB_KINDS)('SPEC §16.3 the loop on %s', (kind) => {
   let h: Harness
   let t: TestApp
   beforeAll(async () => {

@@ -1,4 +1,4 @@
-// API.md §12 MCP tool servers and §13 secrets in their headers, through the real loop on both databases,
+// API.md §12 MCP tool servers and §13 secrets in their headers, through the real loop (tool servers on one database, the secrets routes on both: docs/testing.md),
 // against real MCP servers started here with the SDK's own server side: listing into the request
 // header, results (text, image, other blocks, isError, structuredContent), the allow-list, approvals,
 // cancellation, timeouts, tools/list_changed, a server down at step start, a restarted server, PATCH,
@@ -7,7 +7,7 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS, DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { TestMcpServer, type TestMcpTool } from '../helpers/mcp-server.js'
 import { expectValidLog } from '../helpers/invariants.js'
@@ -59,7 +59,7 @@ async function deadPort(): Promise<number> {
   return port
 }
 
-describe.each(DB_KINDS)('API.md §12 MCP tool servers on %s', (kind) => {
+describe.each(APP_DB_KINDS)('API.md §12 MCP tool servers on %s', (kind) => {
   let t: TestApp
   const logs: string[] = []
   const agentErrors: any[] = []

@@ -1,4 +1,4 @@
-// GET /metrics (API.md §8) on both databases, read with the strict text-format reader of
+// GET /metrics (API.md §8) on one database (docs/testing.md), read with the strict text-format reader of
 // test/helpers/prom-text.ts: the histograms (turns, model attempts and their first token, tool calls by
 // kind, HTTP) and the counters move by exactly what a turn did; failed, cancelled and retried attempts,
 // compactions and a crash-repair takeover are counted; the gauges follow running sessions, held leases
@@ -7,7 +7,7 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
 import { d } from '../helpers/events.js'
 import { gate, type Recorded } from '../helpers/scripted.js'
@@ -21,7 +21,7 @@ type Scrape = Map<string, Family>
 
 const isSummaryCall = (r: Recorded) => JSON.stringify(r.context.messages.at(-1)).includes(SUMMARY_INSTRUCTION)
 
-describe.each(DB_KINDS)('GET /metrics on %s', (kind) => {
+describe.each(APP_DB_KINDS)('GET /metrics on %s', (kind) => {
   let t: TestApp
   let toolServer: http.Server
   let toolUrl: string

@@ -1,4 +1,4 @@
-// A2A (API.md §17.4) on both databases through @a2a-js/sdk's own client — its default v1.0 JSON-RPC
+// A2A (API.md §17.4) on one database (docs/testing.md) through @a2a-js/sdk's own client — its default v1.0 JSON-RPC
 // transport, and its v0.3 compatibility transport — against a real agentd: the card (with the bearer
 // credential), blocking and streamed messages, a context continued, a repeat by messageId that sends
 // nothing, tasks read and cancelled, a resubscription mid-task and after the end that yields exactly
@@ -13,7 +13,7 @@ import { Webhook } from 'standardwebhooks'
 import { Role, TaskState, type Message, type Part, type StreamResponse, type Task } from '@a2a-js/sdk'
 import { Client, ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client'
 import { LegacyJsonRpcTransport } from '@a2a-js/sdk/compat/v0_3/client'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { startReceiver, type Receiver } from '../helpers/receiver.js'
 
@@ -40,7 +40,7 @@ const collect = async (g: AsyncGenerator<StreamResponse>) => {
   return out
 }
 
-describe.each(DB_KINDS)('A2A on %s', (kind) => {
+describe.each(APP_DB_KINDS)('A2A on %s', (kind) => {
   let t: TestApp
   let receiver: Receiver
   let tool: http.Server

@@ -1,4 +1,4 @@
-// agentd as an MCP server (API.md §17.5) on both databases, through @modelcontextprotocol/sdk's own
+// agentd as an MCP server (API.md §17.5) on one database (docs/testing.md), through @modelcontextprotocol/sdk's own
 // Client over StreamableHTTPClientTransport: the tool list, send_message answering the scripted text
 // (a new session from an agent, then the same session again, a repeat by idempotency key that sends
 // nothing), in_progress when the wait runs out, read_session, an approval and a client call answered
@@ -9,12 +9,12 @@ import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 
 const CLIENT_TOOL = { name: 'lookup', description: 'looks up', parameters: { type: 'object', properties: { q: { type: 'string' } } }, execution: { type: 'client' }, approval: 'always' }
 
-describe.each(DB_KINDS)('MCP server on %s', (kind) => {
+describe.each(APP_DB_KINDS)('MCP server on %s', (kind) => {
   let t: TestApp
   const clients: Client[] = []
   beforeAll(async () => {

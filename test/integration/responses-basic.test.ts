@@ -1,13 +1,13 @@
-// API.md §17.1 with the official `openai` client against a real agentd on both databases: a streamed
+// API.md §17.1 with the official `openai` client against a real agentd on one database (docs/testing.md): a streamed
 // text answer, a background response polled to completion, continuity by previous_response_id and by
 // conversation, a fork from an older response, and the Response object's fields.
 
 import OpenAI from 'openai'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 
-describe.each(DB_KINDS)('OpenAI Responses on %s', (kind) => {
+describe.each(APP_DB_KINDS)('OpenAI Responses on %s', (kind) => {
   let t: TestApp
   let client: OpenAI
   beforeAll(async () => {

@@ -1,14 +1,14 @@
-// API.md §17.1 errors with the official `openai` client on both databases: typed errors
+// API.md §17.1 errors with the official `openai` client on one database (docs/testing.md): typed errors
 // (AuthenticationError, NotFoundError, BadRequestError, RateLimitError with retry-after) in OpenAI's
 // shape, and bad input refused with nothing written.
 
 import crypto from 'node:crypto'
 import OpenAI from 'openai'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { ADMIN_TOKEN, startTestApp, type TestApp } from '../helpers/app.js'
 
-describe.each(DB_KINDS)('OpenAI Responses errors on %s', (kind) => {
+describe.each(APP_DB_KINDS)('OpenAI Responses errors on %s', (kind) => {
   let t: TestApp
   let client: OpenAI
   beforeAll(async () => {

@@ -1,4 +1,4 @@
-// API.md §17 intro "Resume beyond the anchors" for Responses (§17.1), on both databases: for
+// API.md §17 intro "Resume beyond the anchors" for Responses (§17.1), on one database (docs/testing.md): for
 // generated scripts (text, reasoning, server tool calls, retried attempts, a steer mid-turn) each
 // response is read once live as it runs, once after it ended, and then resumed at every
 // sequence_number N: the live read and the later one are the same bytes, and every resumed read is
@@ -7,14 +7,14 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
 import { generateScript } from '../helpers/resume-scripts.js'
 
 const frames = (text: string) => text.split('\n\n').filter((f) => f !== '').map((f) => `${f}\n\n`)
 
-describe.each(DB_KINDS)('Responses resume on %s', (kind) => {
+describe.each(APP_DB_KINDS)('Responses resume on %s', (kind) => {
   let t: TestApp
   let toolServer: http.Server
   let toolUrl = ''

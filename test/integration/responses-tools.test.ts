@@ -1,4 +1,4 @@
-// API.md §17.1 with the official `openai` client on both databases: a client function tool round trip
+// API.md §17.1 with the official `openai` client on one database (docs/testing.md): a client function tool round trip
 // (function_call → function_call_output), an approval round trip (mcp_approval_request →
 // mcp_approval_response), a cancel of an in-progress background response, and a retried attempt
 // (a scripted 429) showing an incomplete message item, then the retry's.
@@ -7,13 +7,13 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import OpenAI from 'openai'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
 
 const weatherTool = { type: 'function' as const, name: 'weather', description: 'the weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } } }, strict: false }
 
-describe.each(DB_KINDS)('OpenAI Responses tools, cancel and retries on %s', (kind) => {
+describe.each(APP_DB_KINDS)('OpenAI Responses tools, cancel and retries on %s', (kind) => {
   let t: TestApp
   let client: OpenAI
   let toolServer: http.Server

@@ -5,7 +5,7 @@
 
 import { afterEach, describe, expect, it } from 'vitest'
 import { SUMMARY_INSTRUCTION } from '../../src/plugins/compaction.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp, type TestAppOptions } from '../helpers/app.js'
 import { d, ofType, turnOf, types, userTexts, type Ev } from '../helpers/events.js'
 import { expectValidLog, reconstructionCheck } from '../helpers/invariants.js'
@@ -20,7 +20,7 @@ afterEach(async () => {
 const BUDGET = { kind: 'error', error: { code: 'BUDGET_EXCEEDED', message: expect.any(String) } }
 const isSummaryCall = (r: Recorded) => JSON.stringify(r.context.messages.at(-1)).includes(SUMMARY_INSTRUCTION)
 
-describe.each(DB_KINDS)('budgets on %s', (kind) => {
+describe.each(APP_DB_KINDS)('budgets on %s', (kind) => {
   const start = async (o: Partial<TestAppOptions> = {}) => {
     const problems: string[] = []
     t = await startTestApp({ kind, ...o, plugins: [(root, db) => reconstructionCheck(db, problems)(root)] })

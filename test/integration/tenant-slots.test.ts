@@ -8,7 +8,7 @@ import pino from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
 import { loadConfig } from '../../src/config.js'
 import { startApp, type App } from '../../src/app.js'
-import { DB_KINDS, type DbKind } from '../helpers/db.js'
+import { APP_DB_KINDS, type DbKind } from '../helpers/db.js'
 import { ADMIN_TOKEN, startTestApp, type TestApp } from '../helpers/app.js'
 import { d, ofType } from '../helpers/events.js'
 import { expectValidLog } from '../helpers/invariants.js'
@@ -56,7 +56,7 @@ function sampler(t: TestApp) {
   }
 }
 
-describe.each(DB_KINDS)('running-session slots on %s', (kind: DbKind) => {
+describe.each(APP_DB_KINDS)('running-session slots on %s', (kind: DbKind) => {
   const start = async (env: Record<string, string> = {}) => {
     t = await startTestApp({ kind, env })
     // on PostgreSQL a second process shares the database: drivers and requests spread over both

@@ -1,11 +1,11 @@
-// API.md §15 routes on PostgreSQL and PGlite: GET /v1/usage sums to the sessions' `usage` (the kinds its rows
+// API.md §15 routes on one database (docs/testing.md): GET /v1/usage sums to the sessions' `usage` (the kinds its rows
 // have: API.md §15 lists no reasoningTokens) for the same period and groups by day, model and session (a deleted session's usage stays); the admin routes read
 // and set limits, and bad input — negative or non-numeric limits, unknown fields, a foreign tenant —
 // is 400/404 with nothing written; requestsPerMin is one bucket for all of a tenant's keys.
 
 import crypto from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 
 const today = () => new Date().toISOString().slice(0, 10)
@@ -16,7 +16,7 @@ const sum = (rows: any[]) =>
   )
 const close = (u: { costUsd: number }) => ({ ...u, costUsd: Math.round(u.costUsd * 1e9) / 1e9 })
 
-describe.each(DB_KINDS)('limits and usage routes on %s', (kind) => {
+describe.each(APP_DB_KINDS)('limits and usage routes on %s', (kind) => {
   let t: TestApp
   beforeAll(async () => {
     t = await startTestApp({ kind, models: [{ id: 'scripted' }, { id: 'other' }] })

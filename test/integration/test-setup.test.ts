@@ -26,12 +26,16 @@ async function problemOf(p: Promise<unknown>): Promise<string> {
   return message
 }
 
-/** `npx vitest run <file>` in the project with another DATABASE_URL, as a new user would run it. */
-function nestedRun(databaseUrl: string, file: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+/**
+ * The suite's global setup and teardown, as `npm test` runs them before and after every file, in a child
+ * process with another DATABASE_URL (test/helpers/setup-alone.ts): a nested vitest run would start the
+ * whole runner again, inside the suite's own, for the same code.
+ */
+function setupAlone(databaseUrl: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl, NO_COLOR: '1' }
   for (const k of Object.keys(env)) if (k.startsWith('VITEST')) delete env[k]
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(ROOT, 'node_modules/vitest/vitest.mjs'), 'run', file], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test/helpers/setup-alone.ts')], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
     let stdout = ''
     let stderr = ''
     child.stdout.on('data', (c) => (stdout += c))
@@ -94,14 +98,17 @@ describe('test setup on PostgreSQL', () => {
     }
   })
 
-  it('lets a whole run pass from a DATABASE_URL naming a database that does not exist', async () => {
-    const r = await nestedRun(baseUrl(missingDb()), 'test/unit/json.test.ts')
+  it('sets a run up and tears it down from a DATABASE_URL naming a database that does not exist', async () => {
+    // the setup npm test runs: vitest.config.ts names it
+    const config = (await import('../../vitest.config.js')).default as { test?: { globalSetup?: string[] } }
+    expect(config.test?.globalSetup).toEqual(['test/helpers/global-setup.ts'])
+    const r = await setupAlone(baseUrl(missingDb()))
     expect(r.code, r.stdout + r.stderr).toBe(0)
-    expect(r.stdout).toMatch(/Test Files\s+1 passed/)
+    expect(r.stdout).toContain('global setup provided pgAdminUrl, pgTemplate, pgliteTemplate, sdkBuildDir\n')
   }, 120000)
 
-  it('stops a whole run with one line when the server cannot be reached', async () => {
-    const r = await nestedRun('postgres://postgres@127.0.0.1:1/test', 'test/unit/json.test.ts')
+  it('stops a run with one line when the server cannot be reached', async () => {
+    const r = await setupAlone('postgres://postgres@127.0.0.1:1/test')
     expect(r.code).toBe(1)
     const lines = (r.stdout + r.stderr).split('\n').filter((l) => /^npm test: /.test(l))
     expect(lines).toHaveLength(1)

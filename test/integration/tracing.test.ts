@@ -1,4 +1,4 @@
-// API.md §19 in one process, on PostgreSQL and PGlite: the `http/json` protocol, message contents only
+// API.md §19 in one process, on one database (docs/testing.md): the `http/json` protocol, message contents only
 // with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true (and still no secret), the span of an SSE
 // stream ending with the stream, and tracing off: no provider, no span, no traceparent anywhere.
 
@@ -8,7 +8,7 @@ import { trace } from '@opentelemetry/api'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SUMMARY_INSTRUCTION } from '../../src/plugins/compaction.js'
 import { tracingOn } from '../../src/tracing/index.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { openSse, startTestApp, type TestApp } from '../helpers/app.js'
 import { startOtlpReceiver, type OtlpReceiver } from '../helpers/otlp-receiver.js'
 
@@ -27,7 +27,7 @@ async function toolServer() {
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/t`, calls, close: () => new Promise((r) => server.close(r)) }
 }
 
-describe.each(DB_KINDS)('tracing in one process on %s', (kind) => {
+describe.each(APP_DB_KINDS)('tracing in one process on %s', (kind) => {
   let tools: Awaited<ReturnType<typeof toolServer>>
   beforeAll(async () => {
     tools = await toolServer()

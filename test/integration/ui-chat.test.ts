@@ -1,4 +1,4 @@
-// API.md §17.2 on both databases, with the AI SDK's own client (`ai`'s AbstractChat, DefaultChatTransport,
+// API.md §17.2 on one database (docs/testing.md), with the AI SDK's own client (`ai`'s AbstractChat, DefaultChatTransport,
 // WebSocketChatTransport): a message answered by the scripted model, a resent message that inserts
 // nothing, resumeStream() mid-turn getting the turn from its start, a WebSocket resume with exactly the
 // missed chunks, a client tool and an approval round trip through tool parts, the history as UIMessages,
@@ -21,7 +21,7 @@ import {
   uiMessageChunkSchema,
 } from 'ai'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { gate } from '../helpers/scripted.js'
 import { until } from '../helpers/wait.js'
@@ -61,7 +61,7 @@ async function readUiStream(res: Response): Promise<UIMessageChunk[]> {
   }
 }
 
-describe.each(DB_KINDS)('AI SDK UI message stream on %s', (kind) => {
+describe.each(APP_DB_KINDS)('AI SDK UI message stream on %s', (kind) => {
   let t: TestApp
   let tools: http.Server
   let toolCalls = 0

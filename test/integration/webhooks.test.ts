@@ -1,4 +1,4 @@
-// API.md §14 webhooks against a real HTTP receiver on 127.0.0.1, on PostgreSQL and PGlite: each type
+// API.md §14 webhooks against a real HTTP receiver on 127.0.0.1, on one database (docs/testing.md): each type
 // fires once per triggering event with the documented body; the signature verifies with the
 // `standardwebhooks` package (written by others) and fails with a wrong secret; retries keep the
 // webhook-id and follow the (shrunk) schedule to `delivered` or `failed`; a deleted webhook stops;
@@ -7,7 +7,7 @@
 
 import { Webhook } from 'standardwebhooks'
 import { afterEach, describe, expect, it } from 'vitest'
-import { DB_KINDS, type DbKind } from '../helpers/db.js'
+import { APP_DB_KINDS, type DbKind } from '../helpers/db.js'
 import { ADMIN_TOKEN, startTestApp, type TestApp, type TestAppOptions } from '../helpers/app.js'
 import { startReceiver, type Receiver } from '../helpers/receiver.js'
 import { leaveCrashedTurn } from '../helpers/crashed.js'
@@ -27,7 +27,7 @@ afterEach(async () => {
 
 const FAST = { schedule: [50, 100], repeatMs: 100, giveUpMs: 60_000, pollMs: 20, timeoutMs: 2000 }
 
-describe.each(DB_KINDS)('webhooks on %s', (kind: DbKind) => {
+describe.each(APP_DB_KINDS)('webhooks on %s', (kind: DbKind) => {
   const start = async (o: Partial<TestAppOptions> = {}) => {
     rx = await startReceiver()
     t = await startTestApp({ kind, env: { AGENTD_BUILTIN_PLUGINS: '', AGENTD_RATE_LIMIT_PER_MIN: '1000000' }, webhooks: FAST, ...o })
