@@ -17,22 +17,6 @@ export interface PendingCall {
 type Raw = { call_id: string; kind: PendingKind; name: string; arguments: string; answered: boolean; answer: string | null }
 const toCall = (r: Raw): PendingCall => ({ callId: r.call_id, kind: r.kind, name: r.name, arguments: r.arguments, answered: r.answered, answer: r.answer === null ? undefined : JSON.parse(r.answer) })
 
-/** Side row (side.ts): a call starts waiting — a new row, or a re-opened one (SPEC §18.10). */
-export function pendingInsertSql(c: { callId: string; kind: PendingKind; name: string; arguments: string }, params: unknown[], when: string, key = '$1'): string {
-  params.push(c.callId, c.kind, c.name, c.arguments, Date.now())
-  const n = params.length
-  return `INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at)
-     SELECT ${key}, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n} WHERE ${when}
-     ON CONFLICT (session_key, call_id) DO UPDATE SET kind = EXCLUDED.kind, answered = false, answer = NULL`
-}
-
-/** Side row (side.ts): settlement deletes its call's row; crash repair (no callIds) every row. */
-export function pendingDeleteSql(callIds: string[] | undefined, params: unknown[], when: string, key = '$1'): string {
-  if (callIds === undefined) return `DELETE FROM pending_calls WHERE session_key = ${key} AND ${when}`
-  params.push(callIds)
-  return `DELETE FROM pending_calls WHERE session_key = ${key} AND call_id = ANY($${params.length}::text[]) AND ${when}`
-}
-
 export async function listPending(db: Queryable, key: string, onlyUnanswered = true): Promise<PendingCall[]> {
   const { rows } = await db.query<Raw>(
     `SELECT call_id, kind, name, arguments, answered, answer FROM pending_calls WHERE session_key = $1 ${onlyUnanswered ? 'AND NOT answered' : ''} ORDER BY created_at, call_id`,

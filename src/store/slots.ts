@@ -15,19 +15,12 @@ export class SlotUnavailableError extends Error {
 /**
  * The fast path's condition on the row move of a unit that takes a slot: only a tenant without a
  * limit takes one without looking; any other unit takes the locked path (takeSlotLocked). `sessions`
- * names the updated sessions row (its alias in group.ts).
+ * names the updated sessions row (its alias in the unit statement, unit-sql.ts).
  */
 export const slotTakeGuard = (sessions = 'sessions'): string => `NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = ${sessions}.tenant_id AND t.max_running_sessions IS NOT NULL)`
 
-/** Side row (side.ts), fast path: the slot of a tenant without a limit. */
-export function slotTakeSql(params: unknown[], when: string, key = '$1'): string {
-  params.push(Date.now())
-  return `INSERT INTO running_slots (session_key, tenant_id, taken_at) SELECT key, tenant_id, $${params.length} FROM sessions WHERE key = ${key} AND ${when}
-     ON CONFLICT (session_key) DO UPDATE SET taken_at = EXCLUDED.taken_at`
-}
-
 /**
- * Side row (side.ts), locked path: takes the slot if the tenant's running sessions plus the sessions
+ * Side row (unit-kinds.ts slot-take), locked path: takes the slot if the tenant's running sessions plus the sessions
  * woken before this one that still wait stay below its limit; throws SlotUnavailableError otherwise,
  * which rolls the unit back. The tenant row's lock orders takers across processes (NO KEY UPDATE: the
  * foreign-key checks of inserts go on); the counts are read after it, so they see every slot taken before.
@@ -54,9 +47,6 @@ export async function takeSlotLocked(tx: Queryable, key: string): Promise<void> 
   )
   if (taken.rowCount === 0) throw new SlotUnavailableError(key, r.max!)
 }
-
-/** Side row (side.ts): the turn ended (crash repair's closers too): its slot is free. */
-export const slotFreeSql = (when: string, key = '$1'): string => `DELETE FROM running_slots WHERE session_key = ${key} AND ${when}`
 
 /**
  * The sessions to ring when a tenant's slots may have freed: its oldest waiting sessions (wanted or

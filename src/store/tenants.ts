@@ -305,9 +305,7 @@ class AuthLookups {
   }
 }
 
-const batchers = new WeakMap<Db, AuthLookups>()
+/** The Db's batcher, made on its first lookup and owned by the Db object. */
 function lookups(db: Db): AuthLookups {
-  let b = batchers.get(db)
-  if (!b) batchers.set(db, (b = new AuthLookups(db)))
-  return b
+  return (db.lookups ??= new AuthLookups(db)) as AuthLookups
 }

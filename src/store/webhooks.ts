@@ -1,5 +1,5 @@
 // Webhooks (API.md §14): subscriptions, the delivery outbox and its attempts. Deliveries of session
-// events are side rows (side.ts) written in the transaction of the event they report; the deliverer
+// events are side rows (unit-kinds.ts) written in the statement of the event they report; the deliverer
 // (webhooks/) claims due rows with SKIP LOCKED, so any number of processes share the work.
 
 import type { Queryable } from './db.js'
@@ -124,51 +124,8 @@ const toDelivery = (r: RawDelivery): DeliveryRow => ({
   deliveredAt: num(r.delivered_at),
 })
 
-/** A delivery id, made by the database (here and in group.ts): also the `webhook-id` header, the same on every retry. */
+/** A delivery id, made by the database (here and in unit-kinds.ts): also the `webhook-id` header, the same on every retry. */
 export const DELIVERY_ID_SQL = `'msg_' || replace(gen_random_uuid()::text, '-', '')`
-
-/**
- * Side row (side.ts): one delivery for each of the session's tenant's webhooks subscribed to the
- * event's type, in the unit's statement or transaction. A tenant without such a webhook writes nothing.
- */
-export function webhookSql(e: WebhookEvent, params: unknown[], when: string, key = '$1'): string {
-  // RETURNING: the caller counts the deliveries it wrote (deliveriesWritten)
-  params.push(e.type, e.turn, e.seq, JSON.stringify(e.extra), e.time, Date.now())
-  const n = params.length
-  return `INSERT INTO webhook_deliveries (id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, next_attempt_at)
-     SELECT ${DELIVERY_ID_SQL}, w.id, $${n - 5}::text, s.id, $${n - 4}::int, $${n - 3}::int, $${n - 2}::text, $${n - 1}::bigint, $${n}::bigint, $${n}::bigint
-     FROM sessions s JOIN webhooks w ON w.tenant_id = s.tenant_id AND $${n - 5}::text = ANY(w.events)
-     WHERE s.key = ${key} AND ${when} AND ${taskFilterSql('s.key', `$${n - 3}::int`, `$${n - 4}::int`)}
-     RETURNING 1`
-}
-
-// Sessions whose last unit wrote deliveries, for the local deliverer's wake-up (app.ts): a commit's
-// observer runs after the commit, under the session's mutex, and takes its session's mark. A unit
-// rolled back after marking leaves a mark that costs one extra look at the outbox, nothing more.
-// Marks are kept only while some deliverer in this process takes them (trackDeliveries).
-const written = new Set<string>()
-let trackers = 0
-
-/** store/: a unit of session `key` wrote `n` webhook deliveries (not yet necessarily committed). */
-export function markDeliveries(key: string, n: number): void {
-  if (n > 0 && trackers > 0) written.add(key)
-}
-
-/** A deliverer takes marks from now on; the returned function stops that. */
-export function trackDeliveries(): () => void {
-  trackers++
-  let done = false
-  return () => {
-    if (done) return
-    done = true
-    if (--trackers === 0) written.clear()
-  }
-}
-
-/** Whether the session's units wrote deliveries since the last call (clears the mark). */
-export function takeDeliveriesWritten(key: string): boolean {
-  return written.delete(key)
-}
 
 export async function insertWebhook(db: Queryable, w: WebhookRow): Promise<void> {
   const t = w.task
