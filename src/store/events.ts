@@ -106,15 +106,16 @@ export async function appendConditional(
   return { events: out, runState: r.runState, cancelPending: r.cancelPending, wakeLatched: r.wakeLatched, deliveries: r.deliveries }
 }
 
+const READ_AFTER = statement('events_after', 'SELECT seq, body FROM session_events WHERE session_key = $1 AND seq > $2 ORDER BY seq LIMIT $3')
+const READ_BETWEEN = statement('events_between', 'SELECT seq, body FROM session_events WHERE session_key = $1 AND seq > $2 AND seq <= $4 ORDER BY seq LIMIT $3')
+const READ_SURFACE = statement(
+  'events_surface',
+  "SELECT body FROM session_events WHERE session_key = $1 AND type IN ('system/message', 'user/message', 'assistant/message', 'tool/result') ORDER BY seq",
+)
+
 /** Raw wire texts of events with seq in (after, upTo], ascending, at most limit. */
 export async function readEventTexts(db: Queryable, key: string, after: number, limit: number, upTo?: number): Promise<{ seq: number; body: string }[]> {
-  const params: unknown[] = [key, after, limit]
-  let sql = 'SELECT seq, body FROM session_events WHERE session_key = $1 AND seq > $2'
-  if (upTo !== undefined) {
-    params.push(upTo)
-    sql += ' AND seq <= $4'
-  }
-  const { rows } = await db.query<{ seq: number; body: string }>(`${sql} ORDER BY seq LIMIT $3`, params)
+  const { rows } = await db.query<{ seq: number; body: string }>(upTo === undefined ? READ_AFTER : READ_BETWEEN, upTo === undefined ? [key, after, limit] : [key, after, limit, upTo])
   return rows
 }
 
@@ -126,10 +127,7 @@ export async function readEvents(db: Queryable, key: string, after = -1, limit =
 
 /** The surface-eligible events of a session (for deriving history without the whole log). */
 export async function readSurfaceEvents(db: Queryable, key: string): Promise<SessionEvent[]> {
-  const { rows } = await db.query<{ body: string }>(
-    "SELECT body FROM session_events WHERE session_key = $1 AND type IN ('system/message', 'user/message', 'assistant/message', 'tool/result') ORDER BY seq",
-    [key],
-  )
+  const { rows } = await db.query<{ body: string }>(READ_SURFACE, [key])
   return rows.map((r) => JSON.parse(r.body) as SessionEvent)
 }
 

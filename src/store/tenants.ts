@@ -3,7 +3,7 @@
 
 import crypto from 'node:crypto'
 import type { Inbox } from '../session/index.js'
-import { isDb, type Db, type Queryable } from './db.js'
+import { isDb, statement, type Db, type Queryable } from './db.js'
 import { COLUMNS, toRow, type Raw, type SessionRow } from './rows.js'
 
 export interface Tenant {
@@ -204,6 +204,19 @@ const AUTH_FROM = 'FROM api_keys k JOIN tenants t ON t.id = k.tenant_id'
 // the session columns, qualified (their names do not clash with the auth_ ones)
 const SESSION_COLUMNS = COLUMNS.split(',').map((c) => `s.${c.trim()}`).join(', ')
 
+const AUTH_KEY = statement('auth_key', `${AUTH} ${AUTH_FROM} WHERE k.prefix = $1 AND k.revoked_at IS NULL`)
+const AUTH_SESSION_TEXT = (inbox: boolean) =>
+  `${AUTH}, ${SESSION_COLUMNS}${inbox ? ', s.inbox' : ''} ${AUTH_FROM} LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = $2 WHERE k.prefix = $1 AND k.revoked_at IS NULL`
+const AUTH_SESSION = statement('auth_session', AUTH_SESSION_TEXT(false))
+const AUTH_SESSION_INBOX = statement('auth_session_inbox', AUTH_SESSION_TEXT(true))
+const AUTH_BATCH = statement(
+  'auth_batch',
+  `${AUTH}, ${SESSION_COLUMNS}, CASE WHEN q.inbox THEN s.inbox END AS inbox, q.i::int AS q
+         FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS q(prefix, sid, inbox, i)
+         JOIN api_keys k ON k.prefix = q.prefix AND k.revoked_at IS NULL JOIN tenants t ON t.id = k.tenant_id
+         LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = q.sid`,
+)
+
 function principalOf(key: string, row: KeyRow | undefined): Principal | null {
   if (!row) return null
   const stored = Buffer.from(row.auth_hash)
@@ -216,7 +229,7 @@ function principalOf(key: string, row: KeyRow | undefined): Principal | null {
 export async function authenticate(db: Queryable, key: string): Promise<Principal | null> {
   const m = KEY_RE.exec(key)
   if (!m) return null
-  const { rows } = await db.query<KeyRow>(`${AUTH} ${AUTH_FROM} WHERE k.prefix = $1 AND k.revoked_at IS NULL`, [m[1]])
+  const { rows } = await db.query<KeyRow>(AUTH_KEY, [m[1]])
   return principalOf(key, rows[0])
 }
 
@@ -242,10 +255,7 @@ type AuthRow = KeyRow & Raw & { inbox?: string }
 
 /** One request's key and session row (with the inbox, for the routes that admit against it). */
 async function lookupOne(db: Queryable, prefix: string, sessionId: string, inbox: boolean): Promise<AuthRow | undefined> {
-  const { rows } = await db.query<AuthRow>(
-    `${AUTH}, ${SESSION_COLUMNS}${inbox ? ', s.inbox' : ''} ${AUTH_FROM} LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = $2 WHERE k.prefix = $1 AND k.revoked_at IS NULL`,
-    [prefix, sessionId],
-  )
+  const { rows } = await db.query<AuthRow>(inbox ? AUTH_SESSION_INBOX : AUTH_SESSION, [prefix, sessionId])
   return rows[0]
 }
 
@@ -291,10 +301,7 @@ class AuthLookups {
     }
     try {
       const { rows } = await this.db.query<AuthRow & { q: number }>(
-        `${AUTH}, ${SESSION_COLUMNS}, CASE WHEN q.inbox THEN s.inbox END AS inbox, q.i::int AS q
-         FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS q(prefix, sid, inbox, i)
-         JOIN api_keys k ON k.prefix = q.prefix AND k.revoked_at IS NULL JOIN tenants t ON t.id = k.tenant_id
-         LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = q.sid`,
+        AUTH_BATCH,
         [batch.map((w) => w.prefix), batch.map((w) => w.sessionId), batch.map((w) => w.inbox)],
       )
       const byIndex = new Map(rows.map((r) => [Number(r.q) - 1, r]))

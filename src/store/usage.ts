@@ -3,7 +3,7 @@
 // and the reads of the usage route.
 
 import { budgetTokens, type LedgerEntry } from '../session/index.js'
-import type { Queryable } from './db.js'
+import { statement, type Queryable } from './db.js'
 
 /**
  * The one statement that adds to the ledger, from `rows` (a SELECT of tenant_id, day, model,
@@ -57,16 +57,18 @@ export interface BudgetState {
   monthCostUsd: number
 }
 
-/** The tenant's budget state for a UTC day and month; undefined for an unknown tenant. */
-export async function budgetState(db: Queryable, tenantId: string, day: string, month: string): Promise<BudgetState | undefined> {
-  const { rows } = await db.query<{ tokens_per_day: number | null; cost_usd_per_month: number | null; max_running_sessions: number | null; requests_per_min: number | null; day_tokens: number | null; month_cost: number | null }>(
-    `SELECT t.tokens_per_day, t.cost_usd_per_month, t.max_running_sessions, t.requests_per_min, d.tokens AS day_tokens, m.cost_usd AS month_cost
+const BUDGET_STATE = statement(
+  'budget_state',
+  `SELECT t.tokens_per_day, t.cost_usd_per_month, t.max_running_sessions, t.requests_per_min, d.tokens AS day_tokens, m.cost_usd AS month_cost
      FROM tenants t
      LEFT JOIN usage_totals d ON d.tenant_id = t.id AND d.period = $2
      LEFT JOIN usage_totals m ON m.tenant_id = t.id AND m.period = $3
      WHERE t.id = $1`,
-    [tenantId, day, month],
-  )
+)
+
+/** The tenant's budget state for a UTC day and month; undefined for an unknown tenant. */
+export async function budgetState(db: Queryable, tenantId: string, day: string, month: string): Promise<BudgetState | undefined> {
+  const { rows } = await db.query<{ tokens_per_day: number | null; cost_usd_per_month: number | null; max_running_sessions: number | null; requests_per_min: number | null; day_tokens: number | null; month_cost: number | null }>(BUDGET_STATE, [tenantId, day, month])
   const r = rows[0]
   if (!r) return undefined
   return {
