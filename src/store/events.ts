@@ -1,5 +1,6 @@
-// The durable log: appending under the session row lock (seq dense from 0, allocated inside the
-// appending transaction, DESIGN.md §3) and reading pages of it.
+// The durable log: stamping events (seq dense from 0, DESIGN.md §3) and reading pages of it, and the
+// doors the agent code appends through (writeEvents, appendConditional, copyLogPrefix), onto the unit
+// writer (unit.ts), the only code that writes the log.
 
 import type { Draft, SessionEvent } from '../session/index.js'
 import type { RowPatch, RunState } from './sessions.js'

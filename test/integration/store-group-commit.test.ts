@@ -1,4 +1,4 @@
-// Group commit of fast-path appends (store/group.ts) on real PostgreSQL and PGlite: units of different
+// Group commit of fast-path appends (store/unit.ts UnitCommitter) on real PostgreSQL and PGlite: units of different
 // sessions that are ready together share one statement, and each keeps its own conditions and its
 // own outcome — a stale seq, a lost lease or a failing insert in one unit changes nothing for the
 // others, and two units of one session are never in one statement.
