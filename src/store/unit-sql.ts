@@ -62,7 +62,10 @@ const HEAD = `WITH v AS (
   FROM v
   WHERE s.key = v.key AND (v.expect_seq IS NULL OR s.next_seq = v.expect_seq)
     AND (v.lease_owner IS NULL OR (s.lease_owner = v.lease_owner AND s.lease_token = v.lease_token))
-    AND (v.f_run IS NULL OR s.run_state = v.f_run) AND (v.f_cancel IS NULL OR s.cancel_pending = v.f_cancel) AND (v.f_wake IS NULL OR s.wake_latched = v.f_wake)${KIND_LIST.flatMap(([, k]) => (k.guard ? [`\n    AND ${k.guard}`] : [])).join('')}
+    AND (v.f_run IS NULL OR s.run_state = v.f_run) AND (v.f_cancel IS NULL OR s.cancel_pending = v.f_cancel) AND (v.f_wake IS NULL OR s.wake_latched = v.f_wake)`
+
+/** `moved`'s RETURNING and the events' insert, after the guards of the kinds in the statement. */
+const TAIL = `
   RETURNING v.ord, s.key, s.tenant_id, s.id, s.run_state, s.cancel_pending, s.wake_latched${KIND_COLUMNS.map(([n]) => `, v.${n}`).join('')}
 ), ins AS (
   INSERT INTO session_events (session_key, seq, time, type, body)
@@ -76,13 +79,15 @@ const HEAD = `WITH v AS (
 /** The statement for a set of kinds (a mask of KIND_LIST bits). */
 function unitSql(mask: number): string {
   let text = HEAD
+  let ctes = ''
   const counted: string[] = []
   KIND_LIST.forEach(([, k], i) => {
     if (!(mask & (1 << i))) return
-    text += k.ctes ?? ''
+    if (k.guard) text += `\n    AND ${k.guard}`
+    ctes += k.ctes ?? ''
     if (k.counted) counted.push(k.counted)
   })
-  text += `
+  text += TAIL + ctes + `
 SELECT m.ord AS u, m.run_state, m.cancel_pending, m.wake_latched, coalesce(n.n, 0) AS n, ${counted.length ? counted.join(' + ') : '0'} AS w
 FROM moved m LEFT JOIN (SELECT session_key, count(*)::int AS n FROM ins GROUP BY session_key) n ON n.session_key = m.key`
   return statement(`unit_${mask}`, text)
