@@ -109,9 +109,13 @@ export async function tenantExists(db: Queryable, tenantId: string): Promise<boo
 }
 
 export async function getTenant(db: Queryable, tenantId: string): Promise<TenantRecord | undefined> {
-  const { rows } = await db.query<Record<string, unknown>>(`SELECT ${TENANT} FROM tenants WHERE id = $1`, [tenantId])
+  const { rows } = await db.query<Record<string, unknown>>(GET_TENANT, [tenantId])
   return rows[0] ? toTenant(rows[0]) : undefined
 }
+
+const GET_TENANT = statement('tenant_get', `SELECT ${TENANT} FROM tenants WHERE id = $1`)
+const TENANT_ACCESS = statement('tenant_access', `SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE id = $1`)
+const TENANTS_BY_ISSUER = statement('tenants_by_issuer', `SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE auth_issuer = $1`)
 
 /** Sets the given limits (null removes one) in one statement; undefined for an unknown tenant. */
 export async function updateLimits(db: Queryable, tenantId: string, patch: { [K in keyof TenantLimits]?: number | null }): Promise<TenantRecord | undefined> {
@@ -163,13 +167,13 @@ const toAccess = (r: Record<string, unknown>): TenantAccess => {
 
 /** A tenant's access settings, or undefined when there is no such tenant. */
 export async function tenantAccess(db: Queryable, tenantId: string): Promise<TenantAccess | undefined> {
-  const { rows } = await db.query<Record<string, unknown>>(`SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE id = $1`, [tenantId])
+  const { rows } = await db.query<Record<string, unknown>>(TENANT_ACCESS, [tenantId])
   return rows[0] ? toAccess(rows[0]) : undefined
 }
 
 /** The tenants whose identity provider has this issuer (one per audience). */
 export async function tenantsByIssuer(db: Queryable, issuer: string): Promise<TenantAccess[]> {
-  const { rows } = await db.query<Record<string, unknown>>(`SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE auth_issuer = $1`, [issuer])
+  const { rows } = await db.query<Record<string, unknown>>(TENANTS_BY_ISSUER, [issuer])
   return rows.map(toAccess)
 }
 
