@@ -60,7 +60,9 @@ const HEAD = `WITH v AS (
     input_tokens = s.input_tokens + v.ui, output_tokens = s.output_tokens + v.uo, cache_read_tokens = s.cache_read_tokens + v.ucr,
     cache_write_tokens = s.cache_write_tokens + v.ucw, reasoning_tokens = s.reasoning_tokens + v.urs, cost_usd = s.cost_usd + v.uc
   FROM v
-  WHERE s.key = v.key AND (v.expect_seq IS NULL OR s.next_seq = v.expect_seq)
+  -- the keys as an array too: the planner then reads the rows by primary key (it expects 100 records of
+  -- jsonb_to_recordset and would hash-join a scan of the whole table, dead row versions included)
+  WHERE s.key = ANY(ARRAY(SELECT key FROM v)) AND s.key = v.key AND (v.expect_seq IS NULL OR s.next_seq = v.expect_seq)
     AND (v.lease_owner IS NULL OR (s.lease_owner = v.lease_owner AND s.lease_token = v.lease_token))
     AND (v.f_run IS NULL OR s.run_state = v.f_run) AND (v.f_cancel IS NULL OR s.cancel_pending = v.f_cancel) AND (v.f_wake IS NULL OR s.wake_latched = v.f_wake)`
 
