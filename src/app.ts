@@ -12,7 +12,7 @@ import { Metrics } from './metrics.js'
 import { protocolRoutes } from './protocols/index.js'
 import type { LlmService, LlmServiceOptions } from './llm/index.js'
 import { compactorOf, loadBuiltinPlugins, loadServerPlugins } from './plugins/index.js'
-import { migrate, openDb, pruneIdempotency, schemaCurrent, webhooks as webhookStore, type Db, type SessionRow } from './store/index.js'
+import { deliveriesWritten, migrate, openDb, pruneIdempotency, schemaCurrent, type Db, type SessionRow } from './store/index.js'
 import { checkToolUrl, ToolRegistry } from './tools/index.js'
 import { WorkerHost } from './worker/index.js'
 import { Secrets, Tenancy, embeddedSecretKey, type Clock } from './tenancy/index.js'
@@ -182,15 +182,14 @@ export async function startApp(config: Config, o: StartOptions = {}): Promise<Ap
     cleanup.push(compaction.serve())
 
     // API.md §14: a deliverer in every process that drives sessions; commits here that wrote
-    // deliveries wake it (store marks them, so a tenant without webhooks costs no look at the
+    // deliveries wake it (their committed events carry the count, so a tenant without webhooks costs no look at the
     // outbox per turn), other processes' are found by its poll
     const deliverer = config.role !== 'api' && o.webhooks?.deliver !== false ? new Deliverer({ db, log, metrics, policy: toolPolicy, options: o.webhooks }) : undefined
     if (deliverer) {
       deliverer.start()
       cleanup.push(() => deliverer.stop())
-      cleanup.push(webhookStore.trackDeliveries())
-      cleanup.push(publisher.observe((s) => {
-        if (webhookStore.takeDeliveriesWritten(s.key)) deliverer.wake()
+      cleanup.push(publisher.observe((_s, events) => {
+        if (deliveriesWritten(events)) deliverer.wake()
       }))
     }
     const webhooks = new WebhookService({ db, policy: toolPolicy, wake: () => deliverer?.wake() })

@@ -23,6 +23,10 @@ export interface Db extends Queryable {
   /** Runs fn on one dedicated connection (session-level advisory locks). */
   withConnection<T>(fn: (conn: Queryable & { exec(sql: string): Promise<void> }) => Promise<T>): Promise<T>
   close(): Promise<void>
+  /** the unit writer's group committer of this database, made on its first fast-path unit (unit.ts) */
+  units?: object
+  /** the batcher of key-and-session lookups of this database, made on its first lookup (tenants.ts) */
+  lookups?: object
 }
 
 /** Thrown for every failure to reach the database, so HTTP can answer 503 (API.md §10). */
@@ -60,65 +64,51 @@ export function joinTexts(values: ReadonlyArray<string | null>): string {
 /** The SQL that reads a joinTexts parameter back as text[] (empty members as NULL). */
 export const splitTexts = (param: string): string => `string_to_array(${param}, chr(1), '')`
 
-/** Long texts the code repeats verbatim (the group commit's statement): named despite their length. */
-const REPEATED = new Set<string>()
+/**
+ * A statement the server repeats, named: `db.query(statement('lease_renew', text), params)`. On
+ * PostgreSQL it is prepared once per connection under its name and then only bound and executed,
+ * which halves the database's CPU per turn; a text passed as a plain string is simply not prepared.
+ * The name travels at the head of the text itself, as a comment (`/*@name*\/ …`), so the text stays a
+ * string every wrapper of a Db passes on unchanged; PGlite and AGENTD_PG_PREPARE=off ignore it. Names
+ * are the code's: one name, one text (pg refuses a second text under a prepared name).
+ */
+export function statement(name: string, text: string): string {
+  if (!/^[a-z0-9_]+$/.test(name)) throw new Error(`statement name ${name}: lowercase letters, digits and _ only`)
+  return `/*@${name}*/ ${text}`
+}
 
-/** Declares a long text as one the server sends over and over, so it is prepared like a short one. */
-export function repeatedText(text: string): string {
-  REPEATED.add(text)
-  return text
+/** The name a statement() text declares, or undefined for a plain text. */
+export function statementName(text: string): string | undefined {
+  if (!text.startsWith('/*@')) return undefined
+  const end = text.indexOf('*/', 3)
+  return end > 3 ? text.slice(3, end) : undefined
 }
 
 /**
- * Named prepared statements for the statements the server repeats (the appends, the key check, the
- * reads of a turn): PostgreSQL parses and plans each text once per connection instead of on every
- * call, which halves the database's CPU per turn. A text gets a name the first time it is seen, up
- * to MAX_NAMES texts per process; longer texts (built per call: they rarely repeat) and texts that
- * select `*` (their result shape would change under a migration) run unnamed unless the code declares
- * them repeated (repeatedText), and so do texts beyond the cap. A
- * name whose statement PostgreSQL no longer has or can no longer use is given up, so the text is
- * prepared afresh under a new name (a connection pooler in transaction mode: turn it off with
- * AGENTD_PG_PREPARE=off).
+ * The names a connection pool prepares its statements under: the declared name (statement()), with a
+ * generation suffix once PostgreSQL lost the statement behind it or can no longer use its plan
+ * (26000, 0A000: a connection pooler in transaction mode, a DEALLOCATE — turn preparing off with
+ * AGENTD_PG_PREPARE=off), so the text is prepared afresh under a new name.
  */
 export class StatementNames {
-  static readonly MAX_NAMES = 200
-  static readonly MAX_TEXT = 4000
-  /** texts decided so far, up to MAX_DECIDED: the text as first seen (later lookups of it hash once, and pg compares it to its parsed text by identity) and its name, if any */
-  static readonly MAX_DECIDED = 2000
-  private readonly decided = new Map<string, { text: string; name?: string }>()
-  private named = 0
-  private next = 0
+  private readonly generations = new Map<string, number>()
 
   constructor(readonly enabled: boolean) {}
 
-  /** The query config for a text: named when it is worth preparing. */
+  /** The query config for a text: named when it declares a name and preparing is on. */
   config(text: string, values: unknown[] | undefined): pg.QueryConfig {
-    if (!this.enabled || !values) return { text, values }
-    let d = this.decided.get(text)
-    if (d === undefined) {
-      d = { text }
-      const worth = REPEATED.has(text) || (text.length <= StatementNames.MAX_TEXT && !/SELECT \*|RETURNING \*|\.\*/.test(text))
-      if (worth && this.named < StatementNames.MAX_NAMES) {
-        d.name = `agentd_${this.next++}`
-        this.named++
-      }
-      if (d.name || this.decided.size < StatementNames.MAX_DECIDED) this.decided.set(text, d)
-    }
-    return d.name ? { text: d.text, values, name: d.name } : { text: d.text, values }
+    const name = this.enabled && values ? statementName(text) : undefined
+    if (name === undefined) return { text, values }
+    const g = this.generations.get(name)
+    return { text, values, name: g === undefined ? `agentd_${name}` : `agentd_${name}_${g}` }
   }
 
-  /** After a failure: a prepared statement that is gone (26000) or whose plan can no longer serve (0A000) loses its name. */
+  /** After a failure: a prepared statement that is gone (26000) or whose plan can no longer serve (0A000) is prepared again under a new name. */
   failed(text: string, e: unknown): void {
     const code = (e as { code?: string })?.code
     if (code !== '26000' && code !== '0A000') return
-    const d = this.decided.get(text)
-    if (!d?.name) return
-    this.decided.delete(text)
-    this.named--
-  }
-
-  get size(): number {
-    return this.named
+    const name = this.enabled ? statementName(text) : undefined
+    if (name !== undefined) this.generations.set(name, (this.generations.get(name) ?? 0) + 1)
   }
 }
 

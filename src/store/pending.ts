@@ -1,7 +1,7 @@
 // Tool calls that wait for a client result or an approval (SPEC §18.10): durable rows any process
 // can list and answer.
 
-import type { Queryable } from './db.js'
+import { statement, type Queryable } from './db.js'
 
 export type PendingKind = 'client' | 'approval'
 
@@ -17,37 +17,23 @@ export interface PendingCall {
 type Raw = { call_id: string; kind: PendingKind; name: string; arguments: string; answered: boolean; answer: string | null }
 const toCall = (r: Raw): PendingCall => ({ callId: r.call_id, kind: r.kind, name: r.name, arguments: r.arguments, answered: r.answered, answer: r.answer === null ? undefined : JSON.parse(r.answer) })
 
-/** Side row (side.ts): a call starts waiting — a new row, or a re-opened one (SPEC §18.10). */
-export function pendingInsertSql(c: { callId: string; kind: PendingKind; name: string; arguments: string }, params: unknown[], when: string, key = '$1'): string {
-  params.push(c.callId, c.kind, c.name, c.arguments, Date.now())
-  const n = params.length
-  return `INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at)
-     SELECT ${key}, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n} WHERE ${when}
-     ON CONFLICT (session_key, call_id) DO UPDATE SET kind = EXCLUDED.kind, answered = false, answer = NULL`
-}
-
-/** Side row (side.ts): settlement deletes its call's row; crash repair (no callIds) every row. */
-export function pendingDeleteSql(callIds: string[] | undefined, params: unknown[], when: string, key = '$1'): string {
-  if (callIds === undefined) return `DELETE FROM pending_calls WHERE session_key = ${key} AND ${when}`
-  params.push(callIds)
-  return `DELETE FROM pending_calls WHERE session_key = ${key} AND call_id = ANY($${params.length}::text[]) AND ${when}`
-}
+const LIST_ALL = statement('pending_list', 'SELECT call_id, kind, name, arguments, answered, answer FROM pending_calls WHERE session_key = $1 ORDER BY created_at, call_id')
+const LIST_UNANSWERED = statement('pending_list_unanswered', 'SELECT call_id, kind, name, arguments, answered, answer FROM pending_calls WHERE session_key = $1 AND NOT answered ORDER BY created_at, call_id')
+const GET_PENDING = statement('pending_get', 'SELECT call_id, kind, name, arguments, answered, answer FROM pending_calls WHERE session_key = $1 AND call_id = $2')
+const ANSWER_PENDING = statement('pending_answer', 'UPDATE pending_calls SET answered = true, answer = $4 WHERE session_key = $1 AND call_id = $2 AND kind = $3 AND NOT answered')
 
 export async function listPending(db: Queryable, key: string, onlyUnanswered = true): Promise<PendingCall[]> {
-  const { rows } = await db.query<Raw>(
-    `SELECT call_id, kind, name, arguments, answered, answer FROM pending_calls WHERE session_key = $1 ${onlyUnanswered ? 'AND NOT answered' : ''} ORDER BY created_at, call_id`,
-    [key],
-  )
+  const { rows } = await db.query<Raw>(onlyUnanswered ? LIST_UNANSWERED : LIST_ALL, [key])
   return rows.map(toCall)
 }
 
 export async function getPending(db: Queryable, key: string, callId: string): Promise<PendingCall | undefined> {
-  const { rows } = await db.query<Raw>('SELECT call_id, kind, name, arguments, answered, answer FROM pending_calls WHERE session_key = $1 AND call_id = $2', [key, callId])
+  const { rows } = await db.query<Raw>(GET_PENDING, [key, callId])
   return rows[0] ? toCall(rows[0]) : undefined
 }
 
 /** Marks an unanswered call of that kind answered; false when there is none (409 tool-call-not-pending). */
 export async function answerPending(db: Queryable, key: string, callId: string, kind: PendingKind, answer: unknown): Promise<boolean> {
-  const r = await db.query('UPDATE pending_calls SET answered = true, answer = $4 WHERE session_key = $1 AND call_id = $2 AND kind = $3 AND NOT answered', [key, callId, kind, JSON.stringify(answer)])
+  const r = await db.query(ANSWER_PENDING, [key, callId, kind, JSON.stringify(answer)])
   return r.rowCount > 0
 }

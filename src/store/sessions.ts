@@ -2,7 +2,7 @@
 // the inbox projection), its run state and its usage ledger. Leases are in leases.ts.
 
 import type { Inbox, Json, LastTurn, RunState, UsageTotals } from '../session/index.js'
-import type { Queryable } from './db.js'
+import { statement, type Queryable } from './db.js'
 import { COLUMNS, toRow, type Raw, type SessionRow, type SessionSpec } from './rows.js'
 
 export type { RunState }
@@ -33,7 +33,7 @@ export async function insertSession(db: Queryable, s: NewSession): Promise<Sessi
 
 /** A tenant's session by id; with `inbox`, its pending input too (for a delivery to plan on, as authentication reads it). */
 export async function getSession(db: Queryable, tenantId: string, id: string, o: { inbox?: boolean } = {}): Promise<SessionRow | undefined> {
-  const { rows } = await db.query<Raw>(`SELECT ${COLUMNS}${o.inbox ? ', inbox' : ''} FROM sessions WHERE tenant_id = $1 AND id = $2`, [tenantId, id])
+  const { rows } = await db.query<Raw>(o.inbox ? GET_SESSION_INBOX : GET_SESSION, [tenantId, id])
   if (!rows[0]) return undefined
   const row = toRow(rows[0])
   if (o.inbox) row.inbox = JSON.parse(rows[0].inbox as string) as Inbox
@@ -41,13 +41,13 @@ export async function getSession(db: Queryable, tenantId: string, id: string, o:
 }
 
 export async function getSessionByKey(db: Queryable, key: string): Promise<SessionRow | undefined> {
-  const { rows } = await db.query<Raw>(`SELECT ${COLUMNS} FROM sessions WHERE key = $1`, [key])
+  const { rows } = await db.query<Raw>(GET_BY_KEY, [key])
   return rows[0] ? toRow(rows[0]) : undefined
 }
 
 /** The session row locked FOR UPDATE: the first statement of every session-mutating transaction. */
 export async function lockSession(db: Queryable, key: string): Promise<SessionRow | undefined> {
-  const { rows } = await db.query<Raw>(`SELECT ${COLUMNS} FROM sessions WHERE key = $1 FOR UPDATE`, [key])
+  const { rows } = await db.query<Raw>(LOCK_SESSION, [key])
   return rows[0] ? toRow(rows[0]) : undefined
 }
 
@@ -66,6 +66,16 @@ export interface LeanRow {
 }
 
 const LEAN = 'key, next_seq, last_time, updated_at, run_state, cancel_pending, wake_latched, lease_owner, lease_token, open_turn'
+const GET_SESSION = statement('session_get', `SELECT ${COLUMNS} FROM sessions WHERE tenant_id = $1 AND id = $2`)
+const GET_SESSION_INBOX = statement('session_get_inbox', `SELECT ${COLUMNS}, inbox FROM sessions WHERE tenant_id = $1 AND id = $2`)
+const GET_BY_KEY = statement('session_by_key', `SELECT ${COLUMNS} FROM sessions WHERE key = $1`)
+const LOCK_SESSION = statement('session_lock', `SELECT ${COLUMNS} FROM sessions WHERE key = $1 FOR UPDATE`)
+const LEAN_READ = statement('session_lean', `SELECT ${LEAN} FROM sessions WHERE key = $1`)
+const LEAN_LOCK = statement('session_lean_lock', `SELECT ${LEAN} FROM sessions WHERE key = $1 FOR UPDATE`)
+const INTAKE_READ = statement('session_intake', `SELECT ${LEAN}, inbox FROM sessions WHERE key = $1`)
+const INTAKE_LOCK = statement('session_intake_lock', `SELECT ${LEAN}, inbox FROM sessions WHERE key = $1 FOR UPDATE`)
+const READ_INBOX = statement('session_inbox', 'SELECT inbox FROM sessions WHERE key = $1')
+const READ_SETTINGS = statement('session_settings', 'SELECT model, system, tools, mcp_servers, max_tokens, reasoning_effort FROM sessions WHERE key = $1')
 
 function toLean(r: Raw): LeanRow {
   return {
@@ -83,7 +93,7 @@ function toLean(r: Raw): LeanRow {
 }
 
 export async function lockLean(db: Queryable, key: string, lock = true): Promise<LeanRow | undefined> {
-  const { rows } = await db.query<Raw>(`SELECT ${LEAN} FROM sessions WHERE key = $1${lock ? ' FOR UPDATE' : ''}`, [key])
+  const { rows } = await db.query<Raw>(lock ? LEAN_LOCK : LEAN_READ, [key])
   return rows[0] ? toLean(rows[0]) : undefined
 }
 
@@ -92,14 +102,14 @@ export async function lockLean(db: Queryable, key: string, lock = true): Promise
  * optimistically (the append is then conditioned on next_seq and the flags it decided on).
  */
 export async function readForIntake(db: Queryable, key: string, lock = false): Promise<(LeanRow & { inbox: Inbox }) | undefined> {
-  const { rows } = await db.query<Raw>(`SELECT ${LEAN}, inbox FROM sessions WHERE key = $1${lock ? ' FOR UPDATE' : ''}`, [key])
+  const { rows } = await db.query<Raw>(lock ? INTAKE_LOCK : INTAKE_READ, [key])
   const r = rows[0]
   return r ? { ...toLean(r), inbox: JSON.parse(r.inbox as string) as Inbox } : undefined
 }
 
 /** The locked row's inbox projection. */
 export async function readInbox(db: Queryable, key: string): Promise<Inbox> {
-  const { rows } = await db.query<{ inbox: string }>('SELECT inbox FROM sessions WHERE key = $1', [key])
+  const { rows } = await db.query<{ inbox: string }>(READ_INBOX, [key])
   return rows[0] ? (JSON.parse(rows[0].inbox) as Inbox) : { nextTurn: [], nextStep: [] }
 }
 
@@ -164,7 +174,7 @@ export interface StoredSettings {
 }
 
 export async function readSettings(db: Queryable, key: string): Promise<StoredSettings | undefined> {
-  const { rows } = await db.query<Raw>('SELECT model, system, tools, mcp_servers, max_tokens, reasoning_effort FROM sessions WHERE key = $1', [key])
+  const { rows } = await db.query<Raw>(READ_SETTINGS, [key])
   const r = rows[0]
   if (!r) return undefined
   const s: StoredSettings = { model: r.model as string, system: r.system as string, tools: JSON.parse(r.tools as string) as Json[], mcpServers: JSON.parse((r.mcp_servers as string | null) ?? '[]') as Json[] }
@@ -230,44 +240,3 @@ export interface RowPatch {
   continueTurn?: number | null
 }
 
-/** The SET list of a row move: next_seq, last_time and the patch; params start after `offset`. */
-export function rowSets(log: { nextSeq: number; lastTime: number } | null, p: RowPatch, params: unknown[]): string[] {
-  const sets: string[] = []
-  const add = (sql: string, v: unknown) => {
-    params.push(v)
-    sets.push(sql.replace('?', `$${params.length}`))
-  }
-  if (log) {
-    add('next_seq = ?', log.nextSeq)
-    add('last_time = ?', log.lastTime)
-    add('updated_at = ?', log.lastTime)
-  }
-  if (p.inbox) add('inbox = ?', JSON.stringify(p.inbox))
-  if (p.openTurn !== undefined) add('open_turn = ?', p.openTurn)
-  if (p.runState !== undefined) add('run_state = ?', p.runState)
-  // API.md §15 (slots): a session whose run state leaves idle draws its place in the wake order; one
-  // whose driver goes on to another turn draws a new one, behind the sessions already waiting
-  if (p.runState !== undefined && p.runState !== 'idle') {
-    sets.push(p.openTurn === null ? "wake_seq = nextval('session_wake_seq')" : "wake_seq = CASE WHEN run_state = 'idle' THEN nextval('session_wake_seq') ELSE wake_seq END")
-  }
-  if (p.cancelPending !== undefined) add('cancel_pending = ?', p.cancelPending)
-  if (p.wakeLatched !== undefined) add('wake_latched = ?', p.wakeLatched)
-  if (p.lastTurn) add('last_turn = ?', JSON.stringify(p.lastTurn))
-  if (p.continueTurn !== undefined) add('continue_turn = ?', p.continueTurn)
-  if (p.usage) {
-    add('input_tokens = input_tokens + ?', p.usage.inputTokens)
-    add('output_tokens = output_tokens + ?', p.usage.outputTokens)
-    add('cache_read_tokens = cache_read_tokens + ?', p.usage.cacheReadTokens)
-    add('cache_write_tokens = cache_write_tokens + ?', p.usage.cacheWriteTokens)
-    add('reasoning_tokens = reasoning_tokens + ?', p.usage.reasoningTokens)
-    add('cost_usd = cost_usd + ?', p.usage.costUsd)
-  }
-  return sets
-}
-
-/** Moves the row after an append (or alone, with no events). */
-export async function updateRow(db: Queryable, key: string, log: { nextSeq: number; lastTime: number } | null, p: RowPatch): Promise<void> {
-  const params: unknown[] = [key]
-  const sets = rowSets(log, p, params)
-  if (sets.length) await db.query(`UPDATE sessions SET ${sets.join(', ')} WHERE key = $1`, params)
-}

@@ -3,7 +3,7 @@
 
 import crypto from 'node:crypto'
 import type { Inbox } from '../session/index.js'
-import { isDb, type Db, type Queryable } from './db.js'
+import { isDb, statement, type Db, type Queryable } from './db.js'
 import { COLUMNS, toRow, type Raw, type SessionRow } from './rows.js'
 
 export interface Tenant {
@@ -109,9 +109,13 @@ export async function tenantExists(db: Queryable, tenantId: string): Promise<boo
 }
 
 export async function getTenant(db: Queryable, tenantId: string): Promise<TenantRecord | undefined> {
-  const { rows } = await db.query<Record<string, unknown>>(`SELECT ${TENANT} FROM tenants WHERE id = $1`, [tenantId])
+  const { rows } = await db.query<Record<string, unknown>>(GET_TENANT, [tenantId])
   return rows[0] ? toTenant(rows[0]) : undefined
 }
+
+const GET_TENANT = statement('tenant_get', `SELECT ${TENANT} FROM tenants WHERE id = $1`)
+const TENANT_ACCESS = statement('tenant_access', `SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE id = $1`)
+const TENANTS_BY_ISSUER = statement('tenants_by_issuer', `SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE auth_issuer = $1`)
 
 /** Sets the given limits (null removes one) in one statement; undefined for an unknown tenant. */
 export async function updateLimits(db: Queryable, tenantId: string, patch: { [K in keyof TenantLimits]?: number | null }): Promise<TenantRecord | undefined> {
@@ -163,13 +167,13 @@ const toAccess = (r: Record<string, unknown>): TenantAccess => {
 
 /** A tenant's access settings, or undefined when there is no such tenant. */
 export async function tenantAccess(db: Queryable, tenantId: string): Promise<TenantAccess | undefined> {
-  const { rows } = await db.query<Record<string, unknown>>(`SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE id = $1`, [tenantId])
+  const { rows } = await db.query<Record<string, unknown>>(TENANT_ACCESS, [tenantId])
   return rows[0] ? toAccess(rows[0]) : undefined
 }
 
 /** The tenants whose identity provider has this issuer (one per audience). */
 export async function tenantsByIssuer(db: Queryable, issuer: string): Promise<TenantAccess[]> {
-  const { rows } = await db.query<Record<string, unknown>>(`SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE auth_issuer = $1`, [issuer])
+  const { rows } = await db.query<Record<string, unknown>>(TENANTS_BY_ISSUER, [issuer])
   return rows.map(toAccess)
 }
 
@@ -204,6 +208,19 @@ const AUTH_FROM = 'FROM api_keys k JOIN tenants t ON t.id = k.tenant_id'
 // the session columns, qualified (their names do not clash with the auth_ ones)
 const SESSION_COLUMNS = COLUMNS.split(',').map((c) => `s.${c.trim()}`).join(', ')
 
+const AUTH_KEY = statement('auth_key', `${AUTH} ${AUTH_FROM} WHERE k.prefix = $1 AND k.revoked_at IS NULL`)
+const AUTH_SESSION_TEXT = (inbox: boolean) =>
+  `${AUTH}, ${SESSION_COLUMNS}${inbox ? ', s.inbox' : ''} ${AUTH_FROM} LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = $2 WHERE k.prefix = $1 AND k.revoked_at IS NULL`
+const AUTH_SESSION = statement('auth_session', AUTH_SESSION_TEXT(false))
+const AUTH_SESSION_INBOX = statement('auth_session_inbox', AUTH_SESSION_TEXT(true))
+const AUTH_BATCH = statement(
+  'auth_batch',
+  `${AUTH}, ${SESSION_COLUMNS}, CASE WHEN q.inbox THEN s.inbox END AS inbox, q.i::int AS q
+         FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS q(prefix, sid, inbox, i)
+         JOIN api_keys k ON k.prefix = q.prefix AND k.revoked_at IS NULL JOIN tenants t ON t.id = k.tenant_id
+         LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = q.sid`,
+)
+
 function principalOf(key: string, row: KeyRow | undefined): Principal | null {
   if (!row) return null
   const stored = Buffer.from(row.auth_hash)
@@ -216,7 +233,7 @@ function principalOf(key: string, row: KeyRow | undefined): Principal | null {
 export async function authenticate(db: Queryable, key: string): Promise<Principal | null> {
   const m = KEY_RE.exec(key)
   if (!m) return null
-  const { rows } = await db.query<KeyRow>(`${AUTH} ${AUTH_FROM} WHERE k.prefix = $1 AND k.revoked_at IS NULL`, [m[1]])
+  const { rows } = await db.query<KeyRow>(AUTH_KEY, [m[1]])
   return principalOf(key, rows[0])
 }
 
@@ -242,10 +259,7 @@ type AuthRow = KeyRow & Raw & { inbox?: string }
 
 /** One request's key and session row (with the inbox, for the routes that admit against it). */
 async function lookupOne(db: Queryable, prefix: string, sessionId: string, inbox: boolean): Promise<AuthRow | undefined> {
-  const { rows } = await db.query<AuthRow>(
-    `${AUTH}, ${SESSION_COLUMNS}${inbox ? ', s.inbox' : ''} ${AUTH_FROM} LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = $2 WHERE k.prefix = $1 AND k.revoked_at IS NULL`,
-    [prefix, sessionId],
-  )
+  const { rows } = await db.query<AuthRow>(inbox ? AUTH_SESSION_INBOX : AUTH_SESSION, [prefix, sessionId])
   return rows[0]
 }
 
@@ -291,10 +305,7 @@ class AuthLookups {
     }
     try {
       const { rows } = await this.db.query<AuthRow & { q: number }>(
-        `${AUTH}, ${SESSION_COLUMNS}, CASE WHEN q.inbox THEN s.inbox END AS inbox, q.i::int AS q
-         FROM unnest($1::text[], $2::text[], $3::bool[]) WITH ORDINALITY AS q(prefix, sid, inbox, i)
-         JOIN api_keys k ON k.prefix = q.prefix AND k.revoked_at IS NULL JOIN tenants t ON t.id = k.tenant_id
-         LEFT JOIN sessions s ON s.tenant_id = k.tenant_id AND s.id = q.sid`,
+        AUTH_BATCH,
         [batch.map((w) => w.prefix), batch.map((w) => w.sessionId), batch.map((w) => w.inbox)],
       )
       const byIndex = new Map(rows.map((r) => [Number(r.q) - 1, r]))
@@ -305,9 +316,7 @@ class AuthLookups {
   }
 }
 
-const batchers = new WeakMap<Db, AuthLookups>()
+/** The Db's batcher, made on its first lookup and owned by the Db object. */
 function lookups(db: Db): AuthLookups {
-  let b = batchers.get(db)
-  if (!b) batchers.set(db, (b = new AuthLookups(db)))
-  return b
+  return (db.lookups ??= new AuthLookups(db)) as AuthLookups
 }

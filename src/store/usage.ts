@@ -1,40 +1,13 @@
 // The usage ledger (API.md §15): per tenant, UTC day, model and session, written as a side row of
-// each settlement's unit (side.ts), with the per-period totals the budget check reads by primary key;
+// each settlement's unit (unit-kinds.ts usage), with the per-period totals the budget check reads by primary key;
 // and the reads of the usage route.
 
 import { budgetTokens, type LedgerEntry } from '../session/index.js'
-import type { Queryable } from './db.js'
-
-/**
- * Side row (side.ts): a unit's ledger entries, as two statements — the ledger rows and the period
- * totals (each UTC day and month touched). Entries are distinct by (day, model), and so are the
- * periods here, as one INSERT … ON CONFLICT may not touch a row twice.
- */
-export function usageSql(entries: readonly LedgerEntry[], params: unknown[], when: string, key = '$1'): string[] {
-  const ledger = ledgerSql(entries, params, when, key)
-  const list = usagePeriods(entries)
-  params.push(list.map(([k]) => k), list.map(([, p]) => p.tokens), list.map(([, p]) => p.costUsd))
-  const n = params.length
-  const totals = totalsUpsert(`SELECT s.tenant_id, p.period, p.tokens, p.cost FROM sessions s, unnest($${n - 2}::text[], $${n - 1}::bigint[], $${n}::float8[]) AS p(period, tokens, cost)
-     WHERE s.key = ${key} AND ${when}`)
-  return [ledger, totals]
-}
-
-/** The ledger statement of usageSql alone, on the session key placeholder `key`. */
-export function ledgerSql(entries: readonly LedgerEntry[], params: unknown[], when: string, key: string): string {
-  const col = <T>(f: (e: LedgerEntry) => T) => {
-    params.push(entries.map(f))
-    return `$${params.length}`
-  }
-  return ledgerUpsert(`SELECT s.tenant_id, e.day::date, e.model, s.key, s.id, e.i, e.o, e.cr, e.cw, e.c, e.a
-     FROM sessions s, unnest(${col((e) => e.day)}::text[], ${col((e) => e.model)}::text[], ${col((e) => e.usage.inputTokens)}::bigint[], ${col((e) => e.usage.outputTokens)}::bigint[],
-       ${col((e) => e.usage.cacheReadTokens)}::bigint[], ${col((e) => e.usage.cacheWriteTokens)}::bigint[], ${col((e) => e.usage.costUsd)}::float8[], ${col((e) => e.attempts)}::int[]) AS e(day, model, i, o, cr, cw, c, a)
-     WHERE s.key = ${key} AND ${when}`)
-}
+import { statement, type Queryable } from './db.js'
 
 /**
  * The one statement that adds to the ledger, from `rows` (a SELECT of tenant_id, day, model,
- * session_key, session_id and the amounts, distinct by the ledger's key): usageSql's and group.ts's.
+ * session_key, session_id and the amounts, distinct by the ledger's key): the unit statement's (unit-kinds.ts usage).
  */
 export function ledgerUpsert(rows: string): string {
   return `INSERT INTO usage_ledger (tenant_id, day, model, session_key, session_id, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, attempts)
@@ -47,8 +20,8 @@ export function ledgerUpsert(rows: string): string {
 
 /**
  * The one statement that adds to the period totals, from `rows` (columns tenant_id, period, tokens,
- * cost; distinct by tenant and period). Every writer of the totals goes through it (this file's
- * usageSql and group.ts), so all lock their rows in one order, (tenant, period) in the "C"
+ * cost; distinct by tenant and period). Every writer of the totals goes through it
+ * (the unit statement), so all lock their rows in one order, (tenant, period) in the "C"
  * collation: sessions of one tenant settle concurrently in several statements, and two of them
  * locking a day and its month in opposite orders deadlock.
  */
@@ -84,16 +57,18 @@ export interface BudgetState {
   monthCostUsd: number
 }
 
-/** The tenant's budget state for a UTC day and month; undefined for an unknown tenant. */
-export async function budgetState(db: Queryable, tenantId: string, day: string, month: string): Promise<BudgetState | undefined> {
-  const { rows } = await db.query<{ tokens_per_day: number | null; cost_usd_per_month: number | null; max_running_sessions: number | null; requests_per_min: number | null; day_tokens: number | null; month_cost: number | null }>(
-    `SELECT t.tokens_per_day, t.cost_usd_per_month, t.max_running_sessions, t.requests_per_min, d.tokens AS day_tokens, m.cost_usd AS month_cost
+const BUDGET_STATE = statement(
+  'budget_state',
+  `SELECT t.tokens_per_day, t.cost_usd_per_month, t.max_running_sessions, t.requests_per_min, d.tokens AS day_tokens, m.cost_usd AS month_cost
      FROM tenants t
      LEFT JOIN usage_totals d ON d.tenant_id = t.id AND d.period = $2
      LEFT JOIN usage_totals m ON m.tenant_id = t.id AND m.period = $3
      WHERE t.id = $1`,
-    [tenantId, day, month],
-  )
+)
+
+/** The tenant's budget state for a UTC day and month; undefined for an unknown tenant. */
+export async function budgetState(db: Queryable, tenantId: string, day: string, month: string): Promise<BudgetState | undefined> {
+  const { rows } = await db.query<{ tokens_per_day: number | null; cost_usd_per_month: number | null; max_running_sessions: number | null; requests_per_min: number | null; day_tokens: number | null; month_cost: number | null }>(BUDGET_STATE, [tenantId, day, month])
   const r = rows[0]
   if (!r) return undefined
   return {

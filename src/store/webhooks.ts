@@ -1,8 +1,8 @@
 // Webhooks (API.md §14): subscriptions, the delivery outbox and its attempts. Deliveries of session
-// events are side rows (side.ts) written in the transaction of the event they report; the deliverer
+// events are side rows (unit-kinds.ts) written in the statement of the event they report; the deliverer
 // (webhooks/) claims due rows with SKIP LOCKED, so any number of processes share the work.
 
-import type { Queryable } from './db.js'
+import { statement, type Queryable } from './db.js'
 
 export const WEBHOOK_EVENT_TYPES = ['turn.completed', 'turn.failed', 'turn.cancelled', 'turn.interrupted', 'session.requires_action'] as const
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number]
@@ -124,51 +124,8 @@ const toDelivery = (r: RawDelivery): DeliveryRow => ({
   deliveredAt: num(r.delivered_at),
 })
 
-/** A delivery id, made by the database (here and in group.ts): also the `webhook-id` header, the same on every retry. */
+/** A delivery id, made by the database (here and in unit-kinds.ts): also the `webhook-id` header, the same on every retry. */
 export const DELIVERY_ID_SQL = `'msg_' || replace(gen_random_uuid()::text, '-', '')`
-
-/**
- * Side row (side.ts): one delivery for each of the session's tenant's webhooks subscribed to the
- * event's type, in the unit's statement or transaction. A tenant without such a webhook writes nothing.
- */
-export function webhookSql(e: WebhookEvent, params: unknown[], when: string, key = '$1'): string {
-  // RETURNING: the caller counts the deliveries it wrote (deliveriesWritten)
-  params.push(e.type, e.turn, e.seq, JSON.stringify(e.extra), e.time, Date.now())
-  const n = params.length
-  return `INSERT INTO webhook_deliveries (id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, next_attempt_at)
-     SELECT ${DELIVERY_ID_SQL}, w.id, $${n - 5}::text, s.id, $${n - 4}::int, $${n - 3}::int, $${n - 2}::text, $${n - 1}::bigint, $${n}::bigint, $${n}::bigint
-     FROM sessions s JOIN webhooks w ON w.tenant_id = s.tenant_id AND $${n - 5}::text = ANY(w.events)
-     WHERE s.key = ${key} AND ${when} AND ${taskFilterSql('s.key', `$${n - 3}::int`, `$${n - 4}::int`)}
-     RETURNING 1`
-}
-
-// Sessions whose last unit wrote deliveries, for the local deliverer's wake-up (app.ts): a commit's
-// observer runs after the commit, under the session's mutex, and takes its session's mark. A unit
-// rolled back after marking leaves a mark that costs one extra look at the outbox, nothing more.
-// Marks are kept only while some deliverer in this process takes them (trackDeliveries).
-const written = new Set<string>()
-let trackers = 0
-
-/** store/: a unit of session `key` wrote `n` webhook deliveries (not yet necessarily committed). */
-export function markDeliveries(key: string, n: number): void {
-  if (n > 0 && trackers > 0) written.add(key)
-}
-
-/** A deliverer takes marks from now on; the returned function stops that. */
-export function trackDeliveries(): () => void {
-  trackers++
-  let done = false
-  return () => {
-    if (done) return
-    done = true
-    if (--trackers === 0) written.clear()
-  }
-}
-
-/** Whether the session's units wrote deliveries since the last call (clears the mark). */
-export function takeDeliveriesWritten(key: string): boolean {
-  return written.delete(key)
-}
 
 export async function insertWebhook(db: Queryable, w: WebhookRow): Promise<void> {
   const t = w.task
@@ -223,22 +180,22 @@ export async function listDeliveries(db: Queryable, webhookId: string, limit: nu
   return rows.map(toDelivery)
 }
 
+// not prepared: it returns `d.*`, whose shape a migration may change under a prepared statement
+const CLAIM = `WITH due AS (
+       SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1
+       ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+     )
+     UPDATE webhook_deliveries d SET attempts = d.attempts + 1, next_attempt_at = $1 + $3, first_attempt_at = coalesce(d.first_attempt_at, $1)
+     FROM due, webhooks w WHERE d.id = due.id AND w.id = d.webhook_id
+     RETURNING d.*, w.url, w.secret, w.task_id`
+
 /**
  * Claims up to `limit` due deliveries for one attempt each: the attempt number is taken and the due
  * time moved `leaseMs` ahead, so another process claims the row again only if this attempt never
  * reports (a crash). SKIP LOCKED lets processes claim side by side without waiting on each other.
  */
 export async function claimDeliveries(db: Queryable, now: number, limit: number, leaseMs: number): Promise<ClaimedDelivery[]> {
-  const { rows } = await db.query<RawDelivery & { url: string; secret: string; task_id: string | null }>(
-    `WITH due AS (
-       SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1
-       ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
-     )
-     UPDATE webhook_deliveries d SET attempts = d.attempts + 1, next_attempt_at = $1 + $3, first_attempt_at = coalesce(d.first_attempt_at, $1)
-     FROM due, webhooks w WHERE d.id = due.id AND w.id = d.webhook_id
-     RETURNING d.*, w.url, w.secret, w.task_id`,
-    [now, limit, leaseMs],
-  )
+  const { rows } = await db.query<RawDelivery & { url: string; secret: string; task_id: string | null }>(CLAIM, [now, limit, leaseMs])
   return rows.map((r) => ({ ...toDelivery(r), url: r.url, secret: r.secret, ...(r.task_id !== null ? { task: { id: r.task_id } } : {}) }))
 }
 
@@ -252,6 +209,18 @@ export interface AttemptOutcome {
   nextAttemptAt: number | null
 }
 
+const RECORD_ATTEMPT = statement(
+  'webhook_record_attempt',
+  `WITH moved AS (
+       UPDATE webhook_deliveries SET status = $3, last_status = $4, last_error = $5, next_attempt_at = $6, delivered_at = $7
+       WHERE id = $1 AND attempts = $2 AND status = 'pending' RETURNING id
+     ), logged AS (
+       INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status, error)
+       SELECT id, $2, $8, $9, $4, $5 FROM moved RETURNING delivery_id
+     )
+     SELECT delivery_id AS id FROM logged`,
+)
+
 /**
  * Records attempt `attempt` of a delivery and its consequence, fenced by the attempt number: an
  * attempt whose claim another process took over since (or whose webhook is gone) writes nothing.
@@ -260,17 +229,7 @@ export interface AttemptOutcome {
 export async function recordAttempt(db: Queryable, id: string, attempt: number, o: AttemptOutcome): Promise<boolean> {
   const now = o.startedAt + o.durationMs
   const status: DeliveryStatus = o.delivered ? 'delivered' : o.nextAttemptAt === null ? 'failed' : 'pending'
-  const { rows } = await db.query<{ id: string }>(
-    `WITH moved AS (
-       UPDATE webhook_deliveries SET status = $3, last_status = $4, last_error = $5, next_attempt_at = $6, delivered_at = $7
-       WHERE id = $1 AND attempts = $2 AND status = 'pending' RETURNING id
-     ), logged AS (
-       INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status, error)
-       SELECT id, $2, $8, $9, $4, $5 FROM moved RETURNING delivery_id
-     )
-     SELECT delivery_id AS id FROM logged`,
-    [id, attempt, status, o.status, o.error, status === 'pending' ? o.nextAttemptAt : null, o.delivered ? now : null, o.startedAt, Math.round(o.durationMs)],
-  )
+  const { rows } = await db.query<{ id: string }>(RECORD_ATTEMPT, [id, attempt, status, o.status, o.error, status === 'pending' ? o.nextAttemptAt : null, o.delivered ? now : null, o.startedAt, Math.round(o.durationMs)])
   return rows.length > 0
 }
 
@@ -290,9 +249,11 @@ export async function listAttempts(db: Queryable, deliveryId: string): Promise<A
   return rows.map((r) => ({ attempt: r.attempt, startedAt: Number(r.started_at), durationMs: r.duration_ms, status: r.status, error: r.error }))
 }
 
+const OUTBOX_STATE = statement('webhook_outbox', "SELECT count(*)::int AS n, min(created_at) AS oldest FROM webhook_deliveries WHERE status = 'pending'")
+
 /** The outbox's depth and the age of its oldest pending delivery (metrics). */
 export async function outboxState(db: Queryable, now: number): Promise<{ pending: number; oldestMs: number }> {
-  const { rows } = await db.query<{ n: number; oldest: number | null }>("SELECT count(*)::int AS n, min(created_at) AS oldest FROM webhook_deliveries WHERE status = 'pending'")
+  const { rows } = await db.query<{ n: number; oldest: number | null }>(OUTBOX_STATE, [])
   const r = rows[0]
   return { pending: r?.n ?? 0, oldestMs: r?.oldest === null || r?.oldest === undefined ? 0 : Math.max(0, now - Number(r.oldest)) }
 }

@@ -1,4 +1,4 @@
-// Group commit of fast-path appends (store/group.ts) on real PostgreSQL and PGlite: units of different
+// Group commit of fast-path appends (store/unit.ts UnitCommitter) on real PostgreSQL and PGlite: units of different
 // sessions that are ready together share one statement, and each keeps its own conditions and its
 // own outcome — a stale seq, a lost lease or a failing insert in one unit changes nothing for the
 // others, and two units of one session are never in one statement.
@@ -254,16 +254,16 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
     expect(await Promise.all(keys.map(left))).toEqual([['b'], [], [], ['a', 'b']])
   })
 
-  it('a unit whose side rows have no place in the group commits alone beside it, and is written all the same', async () => {
+  it("crash repair's delete of every pending call groups like any other side row, and removes only its own session's rows", async () => {
     const keys = await Promise.all(Array.from({ length: 6 }, () => newSession()))
-    for (const id of ['a', 'b']) await env.db.query("INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at) VALUES ($1, $2, 'client', 'c', '{}', 1)", [keys[2], id])
+    for (const k of [keys[2], keys[3]]) for (const id of ['a', 'b']) await env.db.query("INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at) VALUES ($1, $2, 'client', 'c', '{}', 1)", [k, id])
     const c = counting(env.db)
-    // crash repair's delete of every pending call has no array form
     const out = await Promise.all(keys.map((k, i) => appendConditional(c.db, k, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note(`r ${i}`)], 1_700_000_000_001), {}, i === 2 ? [{ kind: 'pending-delete' }] : [])))
     expect(out.every((r) => r !== null)).toBe(true)
-    expect(c.statements()).toBe(2)
+    expect(c.statements()).toBe(1)
     for (const [i, k] of keys.entries()) expect(await texts(k)).toEqual([[0, `r ${i}`]])
     expect((await env.db.query('SELECT 1 FROM pending_calls WHERE session_key = $1', [keys[2]])).rowCount).toBe(0)
+    expect((await env.db.query('SELECT 1 FROM pending_calls WHERE session_key = $1', [keys[3]])).rows).toHaveLength(2)
   })
 
   it("settlements of one tenant's sessions group too: each session's ledger rows, and the period totals summed once over the units that moved", async () => {

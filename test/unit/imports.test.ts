@@ -114,3 +114,35 @@ describe('the client SDK imports', () => {
     expect(found).toEqual([])
   })
 })
+
+// Issue 35 "one unit, one writer": the unit writer (store/unit.ts with its statement, unit-sql.ts, and
+// its side-row kinds, unit-kinds.ts) is the only code in src/ that writes session_events or moves a
+// session row's log position, inbox, run state or usage. Leases, settings and deletion are not moves.
+describe('the unit writer', () => {
+  const WRITER = new Set(['store/unit.ts', 'store/unit-sql.ts', 'store/unit-kinds.ts'])
+  const EVENTS_WRITE = /\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+session_events\b/i
+  const SESSIONS_UPDATE = /\bUPDATE\s+sessions\b(?:\s+(?:AS\s+)?\w+)?\s+SET\b([\s\S]{0,1000}?)(?:\bWHERE\b|\bFROM\b|\bRETURNING\b|;|$)/gi
+  const ROW_MOVE = /\b(?:next_seq|last_time|inbox|run_state|open_turn|wake_seq|cancel_pending|wake_latched|continue_turn|last_turn|input_tokens|output_tokens|cache_read_tokens|cache_write_tokens|reasoning_tokens|cost_usd)\s*=/i
+
+  /** Where a file's text writes events or moves a session row. */
+  function writes(text: string): string[] {
+    const out: string[] = []
+    if (EVENTS_WRITE.test(text)) out.push('writes session_events')
+    for (const m of text.matchAll(SESSIONS_UPDATE)) if (ROW_MOVE.test(m[1])) out.push(`moves a session row: ${m[0].slice(0, 80)}`)
+    return out
+  }
+
+  it('sees a write of events and a row move where there is one', () => {
+    expect(writes("await tx.query('INSERT INTO session_events (session_key, seq) VALUES ($1, $2)', [k, 0])")).toHaveLength(1)
+    expect(writes('await db.query(`UPDATE sessions SET next_seq = $2, inbox = $3 WHERE key = $1`, p)')).toHaveLength(1)
+    expect(writes("await db.query('UPDATE sessions s SET run_state = $2 WHERE s.key = $1', p)")).toHaveLength(1)
+    expect(writes("await db.query(\"UPDATE sessions SET lease_owner = 'x', wake_latched = true WHERE key = $1\", p)")).toHaveLength(1)
+    expect(writes("await db.query('UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE key = $1', [k])")).toEqual([])
+    expect(writes("await db.query('SELECT seq, body FROM session_events WHERE session_key = $1', [k])")).toEqual([])
+  })
+
+  it('is the only code in src/ that writes session_events or moves a session row', () => {
+    const found = files.filter((f) => !WRITER.has(rel(f))).flatMap((f) => writes(fs.readFileSync(f, 'utf8')).map((w) => `${rel(f)}: ${w}`))
+    expect(found).toEqual([])
+  })
+})
