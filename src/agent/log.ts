@@ -142,8 +142,8 @@ export class SessionLog {
     opts: {
       publish?: boolean
       beforePublish?: (value: T, events: StoredEvent[]) => void
-      /** runs once the unit's first event is published, before the rest are (a settlement's end frame precedes the tool/call of its unit, SPEC §9.2) */
-      afterFirst?: (value: T, events: StoredEvent[]) => void
+      /** publishes the unit in consecutive pieces of these sizes, each `after` once its piece is published (a settlement's end frame precedes the tool/call of its unit, SPEC §9.2) */
+      segments?: () => Array<{ count: number; after?: (events: StoredEvent[]) => void }>
     } = {},
   ): Promise<CommitResult<T>> {
     if (this.d.publisher.isPublishing(this.key)) throw new LogError('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
@@ -156,12 +156,14 @@ export class SessionLog {
       opts.beforePublish?.(result.value, result.events)
       if (opts.publish !== false) {
         const ref = { key: this.key, id: this.id, tenantId: this.tenantId }
-        if (!opts.afterFirst) this.d.publisher.committed(ref, result.events)
-        else {
-          this.d.publisher.committed(ref, result.events.slice(0, 1))
-          opts.afterFirst(result.value, result.events)
-          this.d.publisher.committed(ref, result.events.slice(1))
+        const pieces = opts.segments?.() ?? [{ count: result.events.length }]
+        let at = 0
+        for (const { count, after } of pieces) {
+          const piece = result.events.slice(at, (at += count))
+          if (piece.length) this.d.publisher.committed(ref, piece)
+          after?.(piece)
         }
+        if (at < result.events.length) this.d.publisher.committed(ref, result.events.slice(at))
       }
       return result
     })
