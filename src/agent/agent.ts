@@ -220,8 +220,8 @@ export class Agent implements Loop {
     if (this.disposed) throw new Error(`the Agent of session ${this.id} is disposed`)
     const message = toUserMessage(input, { kind: 'plugin', plugin })
     const run = this.run
-    const r = await this.log.commit<number>((u) => {
-      // the view is read lazily: only the row flags a route looks at condition the append
+    const r = await this.log.commit<number, 'runState' | 'cancelPending'>((u) => {
+      // a waking route decides on the row's flags: they are the unit's declared inputs
       const plan = planDelivery(this.state.inbox, route, message, {
         get idle() {
           return run.phase === 'idle' && u.row.runState === 'idle'
@@ -235,7 +235,7 @@ export class Agent implements Loop {
       })
       const e = u.add({ type: 'agent/inbox/spliced', data: plan.splice as unknown as Json })
       return { patch: plan.flags, value: e.seq }
-    })
+    }, { reads: ROUTE_WAKES[route] ? ['runState', 'cancelPending'] : [] })
     this.notify('agent/inbox/inserted', { message })
     // C2: a waking delivery to an idle Agent resolves once the wake prefix committed (maybe started by the row flag)
     if (ROUTE_WAKES[route] && !this.disposed) await this.wake()
@@ -374,10 +374,10 @@ export class Agent implements Loop {
     } finally {
       let latched = false
       try {
-        const r = await this.log.commit<boolean>((u) => {
+        const r = await this.log.commit<boolean, 'wakeLatched'>((u) => {
           latched = u.row.wakeLatched && hasPending(this.state.inbox) && !this.disposed
           return { patch: { runState: latched ? 'wanted' : 'idle', wakeLatched: false, cancelPending: false }, value: latched }
-        })
+        }, { reads: ['wakeLatched'] })
         latched = r.value
       } catch (e) {
         this.logger.warn({ err: errorChain(e) }, 'could not end maintenance')

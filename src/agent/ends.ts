@@ -24,9 +24,11 @@ export function stepStart(turn: number, step: number): Part {
  * on (a delivery that committed meanwhile makes the fenced append read it, and the turn goes on).
  * `ended` learns the turn's end when the unit ends it.
  */
-export function stepEnd(tc: TurnContext, result: StepResult | undefined, ended: (e: TurnEnded | undefined) => void): Part {
+export function stepEnd(tc: TurnContext, result: StepResult | undefined, ended: (e: TurnEnded | undefined) => void): Part<ExitFlag> {
   const { loop, turn, step } = tc
   return {
+    // the exit decision's flags, when the turn may end here
+    reads: result !== undefined && result !== 'continue' ? EXIT_READS : [],
     build: (u) => {
       ended(undefined)
       u.add({ type: 'step/end', data: { turn, step } })
@@ -40,8 +42,12 @@ export function stepEnd(tc: TurnContext, result: StepResult | undefined, ended: 
   }
 }
 
-/** The only writer of turn/end, with the driver's exit decision (endOfTurn). */
-export function addTurnEnd(tc: TurnContext, u: UnitBuilder, reason: TurnEndReason, stop: boolean): { patch: RowPatch; value: AfterTurn } {
+/** The row flags the driver's exit decision reads (endOfTurn): a unit ending a turn declares them. */
+export type ExitFlag = 'cancelPending' | 'wakeLatched'
+export const EXIT_READS: readonly ExitFlag[] = ['cancelPending', 'wakeLatched']
+
+/** The only writer of turn/end, with the driver's exit decision (endOfTurn); its unit reads EXIT_READS. */
+export function addTurnEnd(tc: TurnContext, u: UnitBuilder<ExitFlag>, reason: TurnEndReason, stop: boolean): { patch: RowPatch; value: AfterTurn } {
   u.add({ type: 'turn/end', data: { turn: tc.turn, reason } as unknown as Json })
   return endOfTurn(tc, u, stop)
 }
@@ -50,7 +56,7 @@ export function addTurnEnd(tc: TurnContext, u: UnitBuilder, reason: TurnEndReaso
  * The driver's exit decision, made under the row lock with the turn/end (so no delivery can slip
  * between "nothing pending" and "idle"): continue with pending work, honour a latched wake, or go idle.
  */
-function endOfTurn(tc: TurnContext, u: UnitBuilder, stop: boolean): { patch: RowPatch; value: AfterTurn } {
+function endOfTurn(tc: TurnContext, u: UnitBuilder<ExitFlag>, stop: boolean): { patch: RowPatch; value: AfterTurn } {
   const work = hasPending(tc.loop.state.inbox)
   const clear = { cancelPending: false, wakeLatched: false }
   if (tc.loop.disposed) return { patch: { ...clear, runState: work ? 'wanted' : 'idle' }, value: 'idle' }

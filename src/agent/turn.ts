@@ -6,9 +6,9 @@
 import { errorChain, hasPending, planClaim, type InboxTarget, type Json, type LlmFailure, type TurnEndReason, type UserMessage } from '../session/index.js'
 import { SlotUnavailableError, type RowPatch } from '../store/index.js'
 import { closer, FatalAppend, turnContext, type AfterTurn, type Loop, type TurnContext, type TurnEnded } from './context.js'
-import { addTurnEnd, stepEnd, stepStart } from './ends.js'
+import { addTurnEnd, EXIT_READS, stepEnd, stepStart } from './ends.js'
 import { TurnLlmError } from './errors.js'
-import { LeaseLostError } from './log.js'
+import { LeaseLostError, type RowFlag } from './log.js'
 import type { Phase, Phases } from './phases.js'
 import { proposeStep, runStep, type StepOutcome } from './step.js'
 import { decideContinuation, type ContinuationDecision, type ContinuationDuty } from './continuation.js'
@@ -88,7 +88,9 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
   const { loop } = ctl
   const duty = loop.continuation
   let decision: ContinuationDecision | undefined
-  const r = await loop.log.commit<OpenedTurn | null>(
+  // the flags the decision reads: a continuation's (decideContinuation), a wake request's spending (SPEC §5.5)
+  const reads: RowFlag[] = [...(duty ? (['cancelPending', 'runState'] as const) : []), ...(first ? (['cancelPending', 'wakeLatched'] as const) : [])]
+  const r = await loop.log.commit<OpenedTurn | null, RowFlag>(
     (u) => {
       // a build may run twice (fast path, then locked path): keep no side effects
       decision = undefined
@@ -115,7 +117,7 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
       return { patch: { runState: 'running', cancelPending: false, wakeLatched: false, ...spent }, value: { turn, claimed, newlyClaimed: claimed } }
     },
     // publication order (SPEC §5.2): agent/status running, then turn/start and the claim
-    { beforePublish: (value) => value && ctl.run.announce() },
+    { reads: [...new Set(reads)], beforePublish: (value) => value && ctl.run.announce() },
   ).catch(waitForSlot)
   if (!r) return null
   if (duty && loop.continuation === duty) {
@@ -257,6 +259,7 @@ async function turnBody(tc: TurnContext, firstClaim: UserMessage[], decided: (re
     : await closer(async () => {
         let after: AfterTurn = 'idle'
         await tc.unit.close({
+          reads: EXIT_READS,
           build: (u) => {
             const end = addTurnEnd(tc, u, reason!, exception || park)
             after = end.value

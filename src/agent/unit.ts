@@ -4,20 +4,19 @@
 // and at a turn's end. What is staged and not yet closed joins the next unit the turn commits.
 
 import type { RowPatch, StoredEvent } from '../store/index.js'
-import type { CommitResult, UnitBuilder } from './log.js'
+import type { Build, CommitOpts, CommitResult, RowFlag, UnitBuilder } from './log.js'
 
 /** The one way the driver appends: a fenced unit, published after commit (log.ts). */
 export interface UnitLog {
-  commit<T = void>(
-    build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void,
-    opts?: { beforePublish?: (value: T, events: StoredEvent[]) => void; segments?: () => Array<{ count: number; after?: (events: StoredEvent[]) => void }> },
-  ): Promise<CommitResult<T>>
+  commit<T = void, F extends RowFlag = never>(build: Build<T, F>, opts?: CommitOpts<T, F>): Promise<CommitResult<T>>
 }
 
 /** Events of one writer, added to the open unit in order. */
-export interface Part {
+export interface Part<F extends RowFlag = never> {
+  /** the row flags the build decides on (the unit's declared inputs, log.ts) */
+  reads?: readonly F[]
   /** adds the part's drafts (each stamped and folded at once); may run again on the locked path */
-  build: (u: UnitBuilder) => RowPatch | void
+  build: (u: UnitBuilder<F>) => RowPatch | void
   /** once the part's events are published, before the next part's are (a settlement's end frame, SPEC §9.2) */
   published?: (events: StoredEvent[]) => void
   /** once the whole unit committed and was published */
@@ -27,7 +26,7 @@ export interface Part {
 }
 
 export class OpenUnit {
-  private parts: Part[] = []
+  private parts: Part<RowFlag>[] = []
 
   constructor(private readonly log: UnitLog) {}
 
@@ -37,7 +36,7 @@ export class OpenUnit {
   }
 
   /** Adds a part to the open unit; it is written with the next `close`. */
-  stage(part: Part): void {
+  stage<F extends RowFlag>(part: Part<F>): void {
     this.parts.push(part)
   }
 
@@ -45,32 +44,27 @@ export class OpenUnit {
    * A barrier: commits the staged parts, then `last`, as ONE unit, published part by part. On
    * failure nothing of them was written, and the buffer is empty either way.
    */
-  async close(last?: Part): Promise<void> {
-    const parts = last ? [...this.parts, last] : this.parts
+  async close<F extends RowFlag = never>(last?: Part<F>): Promise<void> {
+    const parts: Part<RowFlag>[] = last ? [...this.parts, last] : this.parts
     this.parts = []
     if (!parts.length) return
     const counts: number[] = []
+    const reads = [...new Set(parts.flatMap((p) => p.reads ?? []))]
     try {
-      await this.log.commit<void>(
+      await this.log.commit<void, RowFlag>(
         (u) => {
           counts.length = 0
           let patch: RowPatch | undefined
           for (const p of parts) {
             let n = 0
-            const counted: UnitBuilder = {
-              add: (d, o) => (n++, u.add(d, o)),
-              side: (r) => u.side(r),
-              get row() {
-                return u.row
-              },
-            }
+            const counted: UnitBuilder<RowFlag> = { add: (d, o) => (n++, u.add(d, o)), side: (r) => u.side(r), row: u.row }
             const pp = p.build(counted)
             if (pp) patch = { ...patch, ...pp }
             counts.push(n)
           }
           return patch ? { patch } : undefined
         },
-        { segments: () => segments(parts, counts) },
+        { reads, segments: () => segments(parts, counts) },
       )
     } catch (e) {
       for (const p of parts) p.failed?.(e)
@@ -81,7 +75,7 @@ export class OpenUnit {
 }
 
 /** Publication in one piece, cut only after a part that waits for its own publication. */
-function segments(parts: readonly Part[], counts: readonly number[]): Array<{ count: number; after?: (events: StoredEvent[]) => void }> {
+function segments(parts: readonly Part<RowFlag>[], counts: readonly number[]): Array<{ count: number; after?: (events: StoredEvent[]) => void }> {
   const out: Array<{ count: number; after?: (events: StoredEvent[]) => void }> = []
   let count = 0
   parts.forEach((p, i) => {
