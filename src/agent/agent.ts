@@ -221,8 +221,8 @@ export class Agent implements Loop {
     if (this.disposed) throw new Error(`the Agent of session ${this.id} is disposed`)
     const message = toUserMessage(input, { kind: 'plugin', plugin })
     const run = this.run
-    const r = await this.log.commit<number>((u) => {
-      // the view is read lazily: only the row flags a route looks at condition the append
+    const r = await this.log.commit<number, 'runState' | 'cancelPending'>((u) => {
+      // a waking route decides on the row's flags: they are the unit's declared inputs
       const plan = planDelivery(this.state.inbox, route, message, {
         get idle() {
           return run.phase === 'idle' && u.row.runState === 'idle'
@@ -236,7 +236,7 @@ export class Agent implements Loop {
       })
       const e = u.add({ type: 'agent/inbox/spliced', data: plan.splice as unknown as Json })
       return { patch: plan.flags, value: e.seq }
-    })
+    }, { reads: ROUTE_WAKES[route] ? ['runState', 'cancelPending'] : [] })
     this.notify('agent/inbox/inserted', { message })
     // C2: a waking delivery to an idle Agent resolves once the wake prefix committed (maybe started by the row flag)
     if (ROUTE_WAKES[route] && !this.disposed) await this.wake()

@@ -6,13 +6,12 @@
 import { assembleBlocks, assertLosslessJson, deepFreeze, errorChain, interruptedPrefix, newMessageId, type AssistantMessage, type ContentBlock, type Draft, type Json, type LlmCallConfig, type LlmFailure, type StreamChunk } from '../session/index.js'
 import type { TrackedAttempt } from '../bus/index.js'
 import { LlmError, type LlmRequest, type PreparedCall, type RetryPolicy } from '../llm/index.js'
-import type { RowPatch } from '../store/index.js'
 import { planAdmission, proposeConfig, type Proposal } from './admission.js'
-import { FatalAppend, type TurnContext, type TurnEnded } from './context.js'
+import { FatalAppend, type TurnContext } from './context.js'
 import { AbortedError, TurnLlmError } from './errors.js'
-import { LeaseLostError, type UnitBuilder } from './log.js'
+import { LeaseLostError } from './log.js'
+import type { Part } from './unit.js'
 import { addFirstCall, callCommitted, type AppendedCall } from './tool-effects.js'
-import { addStepEnd } from './ends.js'
 import type { AttemptTrace } from '../tracing/index.js'
 
 /** Process-local marker of loop requests (SPEC §7.6). */
@@ -40,12 +39,13 @@ export async function runAttempt(tc: TurnContext, proposal: Proposal, attempt: n
   tc.abort.check()
   // A3: synchronous admission, ONE unit (SPEC §2.4); planned again if the unit is rebuilt on the locked path
   const used = prepared?.config ?? config
-  await tc.log.commit((u) => {
-    if (tc.unwrittenStart) u.add({ type: 'step/start', data: tc.unwrittenStart })
-    for (const d of planAdmission({ state: loop.state, proposal, attempt, turn: tc.turn, step: tc.step, config: used, prepared, series: loop.series })) u.add(d)
+  // a barrier: the request is derived from what is durable (SPEC §8.9); a staged step/start rides in it
+  await tc.unit.close({
+    build: (u) => {
+      for (const d of planAdmission({ state: loop.state, proposal, attempt, turn: tc.turn, step: tc.step, config: used, prepared, series: loop.series })) u.add(d)
+    },
   })
   // instance state moves only once the unit committed
-  tc.unwrittenStart = undefined
   loop.series.headerLogged = true
   loop.series.configChanged = false
   loop.series.capturedGeneration = loop.state.replaceGeneration
@@ -175,27 +175,33 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
     ...(success ? { output: () => assembled.content } : { failure: { code: signal.aborted ? 'ABORTED' : (failureOf(assembled.finish)?.code ?? 'UNKNOWN') } }),
   })
   const { provider, model } = config
-  const settle = async (type: 'assistant/message' | 'assistant/attempt', data: Record<string, unknown>, more?: (u: UnitBuilder) => RowPatch | void) => {
+  /**
+   * The settlement as a part of the open unit. `then` is what rides after it (the first call); `open`
+   * leaves it staged for the step's end (turn.ts endStep), as nothing foreign runs between them.
+   */
+  const settle = async (type: 'assistant/message' | 'assistant/attempt', data: Record<string, unknown>, then?: Part, open = false) => {
     // the end frame follows the settlement's publication and precedes what rode in its unit
     let ended = false
-    try {
-      const draft: Draft = type === 'assistant/message' ? { type, data: data as Json, surfaceOp: 'append' } : { type, data: data as Json }
-      const end = (seq: number) => {
+    const draft: Draft = type === 'assistant/message' ? { type, data: data as Json, surfaceOp: 'append' } : { type, data: data as Json }
+    const part: Part = {
+      build: (u) => void u.add(draft),
+      published: (events) => {
         ended = true
-        live.end({ kind: 'committed', eventType: type, seq })
-      }
-      await tc.log.commit<number>(
-        (u) => {
-          const seq = u.add(draft).seq
-          const patch = more?.(u)
-          return { value: seq, ...(patch ? { patch } : {}) }
-        },
-        { afterFirst: end },
-      )
-      tc.loop.services.metrics?.attempts.inc({ outcome: type === 'assistant/message' ? 'message' : 'attempt' })
-      tc.loop.services.metrics?.attemptSettled({ provider, outcome: success ? 'ok' : signal.aborted ? 'aborted' : 'error' }, live.started, live.firstToken)
+        live.end({ kind: 'committed', eventType: type, seq: events[events.length - 1].seq })
+      },
+      committed: () => {
+        tc.loop.services.metrics?.attempts.inc({ outcome: type === 'assistant/message' ? 'message' : 'attempt' })
+        tc.loop.services.metrics?.attemptSettled({ provider, outcome: success ? 'ok' : signal.aborted ? 'aborted' : 'error' }, live.started, live.firstToken)
+      },
+      failed: () => {
+        if (!ended) live.end({ kind: 'abandoned' })
+      },
+    }
+    tc.unit.stage(part)
+    if (open) return
+    try {
+      await tc.unit.close(then)
     } catch (e) {
-      if (!ended) live.end({ kind: 'abandoned' })
       if (e instanceof LeaseLostError) throw new FatalAppend(e)
       if (iterError || (!success && !signal.aborted)) throw new AggregateError([iterError ?? new Error(failureOf(assembled.finish)?.message ?? 'stream failed'), e], 'the stream failed and its settlement was rejected', { cause: iterError })
       throw e
@@ -222,21 +228,14 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
   }
   const message = assistant(assembled.content, provider, model, assembled.replayState)
   const finish = assembled.finish!.kind
+  // a message with calls: a barrier, its first call's tool/call riding with it (the call starts at
+  // once, tool-effects.ts addFirstCall); without calls the step ends right after and nothing foreign
+  // runs between them (SPEC §6.2): it stays open for the step's end (turn.ts endStep)
+  const calls = message.content.some((b) => b.type === 'tool-call')
   let appended: AppendedCall | undefined
-  let ended: TurnEnded | undefined
-  await settle('assistant/message', { turn, step, message, stream, ...usage }, (u) => {
-    appended = addFirstCall(tc, u, message, proposal.mcpTools)
-    ended = undefined
-    // a message without calls (no first call to add) closes its step, and nothing runs between them
-    // (SPEC §6.2): its step/end rides with it, and the turn/end too when the turn ends there (ends.ts)
-    if (!appended) {
-      const end = addStepEnd(tc, u, finish === 'max-tokens' ? 'max-tokens' : 'completed')
-      ended = end.ended
-      return end.patch
-    }
-  })
+  const firstCall: Part = { build: (u) => void (appended = addFirstCall(tc, u, message, proposal.mcpTools)) }
+  await settle('assistant/message', { turn, step, message, stream, ...usage }, calls ? firstCall : undefined, !calls)
   if (appended) callCommitted(tc, appended)
-  tc.ended = ended
   return { kind: 'message', message, finish, ...(appended ? { appended } : {}) }
 }
 

@@ -11,11 +11,13 @@ import { errorChain, type AgentCancelCause, type LlmFailure, type SessionState, 
 import type { Db, RowPatch, StoredEvent } from '../store/index.js'
 import type { HostPolicy, McpClients, McpServerSpec, SecretResolver, ToolRegistry, ToolSpec } from '../tools/index.js'
 import { AbortedError } from './errors.js'
-import type { CommitResult, UnitBuilder } from './log.js'
 import type { SystemPromptService } from './prompt.js'
 import type { PendingCalls } from './pending.js'
 import type { ContinuationDuty } from './continuation.js'
 import { NOOP_TURN, type TurnTrace } from '../tracing/index.js'
+import { OpenUnit, type UnitLog } from './unit.js'
+
+export type { UnitLog }
 
 /**
  * The session's settings as the driver uses them: the row's as of attach, read again before a step
@@ -70,14 +72,6 @@ export interface Series {
    * request does (SPEC §7.5), and its header is a 'change'
    */
   configChanged?: boolean
-}
-
-/** The one way the driver appends: a fenced unit, published after commit (log.ts). */
-export interface UnitLog {
-  commit<T = void>(
-    build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void,
-    opts?: { beforePublish?: (value: T, events: StoredEvent[]) => void; afterFirst?: (value: T, events: StoredEvent[]) => void },
-  ): Promise<CommitResult<T>>
 }
 
 export type Notify = (name: string, payload: Record<string, unknown>, wire?: unknown) => void
@@ -172,27 +166,20 @@ export interface TurnContext {
   readonly continues?: number
   /** the open step, 0 before the first */
   step: number
-  /**
-   * The open step's step/start while it is not written yet: with no agent/request listener nothing
-   * foreign runs between it and the step's first admission, so it rides in that unit (attempt.ts), or
-   * with the step/end of a step that failed before admission (turn.ts closeStep).
-   */
-  unwrittenStart?: { turn: number; step: number }
   /** SPEC §6.4: a step of the turn stopped at max-tokens (sticky within the turn) */
   sawMaxTokens: boolean
-  /** set when the last step's settlement also wrote its step/end and the turn/end (attempt.ts, ends.ts addStepEnd) */
-  ended?: TurnEnded
   readonly abort: Abort
   readonly signal: AbortSignal
   /** API.md §19: the turn's span (a no-op with tracing off) */
   trace: TurnTrace
-  readonly log: UnitLog
+  /** the turn's open unit: every unit of the turn is closed through it (unit.ts) */
+  readonly unit: OpenUnit
   readonly hooks: Hooks
   readonly notify: Notify
 }
 
 export function turnContext(loop: Loop, abort: Abort, turn: number, continues?: number): TurnContext {
-  return { loop, turn, ...(continues !== undefined ? { continues } : {}), step: 0, sawMaxTokens: false, abort, signal: abort.signal, trace: NOOP_TURN, log: loop.log, hooks: loop.hooks, notify: loop.notify }
+  return { loop, turn, ...(continues !== undefined ? { continues } : {}), step: 0, sawMaxTokens: false, abort, signal: abort.signal, trace: NOOP_TURN, unit: new OpenUnit(loop.log), hooks: loop.hooks, notify: loop.notify }
 }
 
 /** A closer that failed to commit: this process can no longer append (SPEC §5.7). */

@@ -8,10 +8,9 @@ import { appendConditional, lockLean, readEvents, stamp, writeEvents, type Db, t
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
 
-type RowFlag = 'runState' | 'cancelPending' | 'wakeLatched'
-
-/** Thrown by a builder that needs the locked row while the fast path runs it. */
-const NEEDS_LOCK = Symbol('agentd.needsLock')
+/** The session row's flags a unit may decide on (its declared inputs, `reads`). */
+export type RowFlag = 'runState' | 'cancelPending' | 'wakeLatched'
+const ROW_FLAGS: readonly RowFlag[] = ['runState', 'cancelPending', 'wakeLatched']
 
 /** The stored copy is deep-frozen (SPEC §3.1.5); drafts are frozen as they join a unit. */
 function deepFreezeData(e: SessionEvent): SessionEvent {
@@ -37,10 +36,29 @@ export class LeaseLostError extends Error {
  * side() names a row that must exist exactly when the unit is durable (store/ writes it in the
  * unit's statement or transaction, DESIGN.md §3).
  */
-export interface UnitBuilder {
+export interface UnitBuilder<F extends RowFlag = never> {
   add(d: Draft, opts?: { time?: number }): SessionEvent
   side(row: SideRow): void
-  readonly row: LeanRow
+  /**
+   * The row flags the unit declared it reads (`reads`): on the fast path as this driver last saw
+   * them, the append conditional on them; under the lock as they are. Nothing else of the row.
+   */
+  readonly row: Readonly<Pick<LeanRow, F>>
+}
+
+/** A unit's build: its drafts through the builder, and a row patch and a value. */
+export type Build<T, F extends RowFlag = never> = (u: UnitBuilder<F>) => { patch?: RowPatch; value?: T } | void
+
+/** How a unit commits: its declared inputs, and its publication. */
+export interface CommitOpts<T, F extends RowFlag = never> {
+  /** the row flags the build decides on: the fast append is conditional on them (SPEC §5.5) */
+  reads?: readonly F[]
+  /** the build needs the locked row (the fast path is not tried) */
+  locked?: boolean
+  publish?: boolean
+  beforePublish?: (value: T, events: StoredEvent[]) => void
+  /** publishes the unit in consecutive pieces of these sizes, each `after` once its piece is published (a settlement's end frame precedes the tool/call of its unit, SPEC §9.2) */
+  segments?: () => Array<{ count: number; after?: (events: StoredEvent[]) => void }>
 }
 
 export interface CommitResult<T> {
@@ -137,57 +155,53 @@ export class SessionLog {
    * the folded state exactly as before. Returns the committed events, already published, and the row
    * flags the unit saw (the caller reacts to a cancel request or a wake).
    */
-  async commit<T = void>(
-    build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void,
-    opts: {
-      publish?: boolean
-      beforePublish?: (value: T, events: StoredEvent[]) => void
-      /** runs once the unit's first event is published, before the rest are (a settlement's end frame precedes the tool/call of its unit, SPEC §9.2) */
-      afterFirst?: (value: T, events: StoredEvent[]) => void
-    } = {},
-  ): Promise<CommitResult<T>> {
+  async commit<T = void, F extends RowFlag = never>(build: Build<T, F>, opts: CommitOpts<T, F> = {}): Promise<CommitResult<T>> {
     if (this.d.publisher.isPublishing(this.key)) throw new LogError('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     return this.d.mutex.run(this.key, async () => {
-      // the fast path: one fenced statement; a unit that must see the locked row, or that found the
-      // row moved or the lease gone, takes the locked path
-      const result = (await this.commitFast(build)) ?? (await this.commitLocked(build))
+      // the fast path: one fenced statement, conditional on the flags the unit reads as last seen; a
+      // unit that declared it needs the locked row, that reads flags of a row not seen yet, or that
+      // found the row moved or the lease gone, takes the locked path
+      const reads = opts.reads ?? []
+      const fast = !opts.locked && (!reads.length || this.row !== undefined)
+      const result = (fast ? await this.commitFast(build, reads) : null) ?? (await this.commitLocked(build, reads))
       this.row = result.row
       this.d.onAppend?.(result.events.length)
       opts.beforePublish?.(result.value, result.events)
       if (opts.publish !== false) {
         const ref = { key: this.key, id: this.id, tenantId: this.tenantId }
-        if (!opts.afterFirst) this.d.publisher.committed(ref, result.events)
-        else {
-          this.d.publisher.committed(ref, result.events.slice(0, 1))
-          opts.afterFirst(result.value, result.events)
-          this.d.publisher.committed(ref, result.events.slice(1))
+        const pieces = opts.segments?.() ?? [{ count: result.events.length }]
+        let at = 0
+        for (const { count, after } of pieces) {
+          const piece = result.events.slice(at, (at += count))
+          if (piece.length) this.d.publisher.committed(ref, piece)
+          after?.(piece)
         }
+        if (at < result.events.length) this.d.publisher.committed(ref, result.events.slice(at))
       }
       return result
     })
   }
 
   /**
-   * A builder that stamps and folds each draft at once, collecting the undos and the side rows. On
-   * the fast path `row` is the last row this driver saw; reading it makes the append conditional on
-   * its flags.
+   * A builder that stamps and folds each draft at once, collecting the undos and the side rows; its
+   * `row` holds the declared flags of `row` only.
    */
-  private builder(undos: Undo[], added: SessionEvent[], side: SideRow[], row: LeanRow | undefined, read?: Set<RowFlag>): UnitBuilder {
-    // on the fast path, record which flags the build looked at: only those condition the append
-    const view: LeanRow | undefined =
-      row && read
-        ? new Proxy(row, {
-            get(target, prop, receiver) {
-              if (prop === 'runState' || prop === 'cancelPending' || prop === 'wakeLatched') read.add(prop)
-              return Reflect.get(target, prop, receiver)
-            },
-          })
-        : row
+  private builder<F extends RowFlag>(undos: Undo[], added: SessionEvent[], side: SideRow[], row: LeanRow | undefined, reads: readonly F[]): UnitBuilder<F> {
+    // the declared flags; reading another is a mistake of the unit, not a silent `undefined`
+    const flags = {} as Pick<LeanRow, F>
+    for (const f of ROW_FLAGS) {
+      const declared = (reads as readonly RowFlag[]).includes(f)
+      const value = declared ? row![f] : undefined
+      Object.defineProperty(flags, f, {
+        enumerable: declared,
+        get: () => {
+          if (!declared) throw new LogError(`a unit read the row's ${f} without declaring it (reads)`)
+          return value
+        },
+      })
+    }
     return {
-      get row(): LeanRow {
-        if (!view) throw NEEDS_LOCK
-        return view
-      },
+      row: Object.freeze(flags),
       side: (r) => void side.push(r),
       add: (draft, o) => {
         const time = Math.max(o?.time ?? Date.now(), this.state.lastTime)
@@ -199,7 +213,7 @@ export class SessionLog {
     }
   }
 
-  private async commitFast<T>(build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void): Promise<CommitResult<T> | null> {
+  private async commitFast<T, F extends RowFlag>(build: Build<T, F>, reads: readonly F[]): Promise<CommitResult<T> | null> {
     const undos: Undo[] = []
     const added: SessionEvent[] = []
     const side: SideRow[] = []
@@ -208,12 +222,10 @@ export class SessionLog {
     }
     let out: { patch?: RowPatch; value?: T }
     const known = this.row
-    const read = new Set<RowFlag>()
     try {
-      out = build(this.builder(undos, added, side, known, read)) ?? {}
+      out = build(this.builder(undos, added, side, known, reads)) ?? {}
     } catch (e) {
       undo()
-      if (e === NEEDS_LOCK) return null
       throw e
     }
     if (!added.length) {
@@ -221,12 +233,12 @@ export class SessionLog {
       // nothing to write (an empty claim, an admission with nothing new): no round trip at all; a
       // row patch or side rows alone take the locked path
       const patch = out.patch ?? {}
-      if (!Object.values(patch).some((v) => v !== undefined) && !read.size && !side.length && this.row) return { events: [], value: out.value as T, row: this.row }
+      if (!Object.values(patch).some((v) => v !== undefined) && !reads.length && !side.length && this.row) return { events: [], value: out.value as T, row: this.row }
       return null
     }
     let r
     try {
-      const flags = read.size && known ? Object.fromEntries([...read].map((f) => [f, known[f]])) : undefined
+      const flags = reads.length && known ? Object.fromEntries(reads.map((f) => [f, known[f]])) : undefined
       const m = mirror(this.state, added, out.patch)
       r = await appendConditional(this.d.db, this.key, { nextSeq: added[0].seq, lease: this.lease, flags }, added, m.patch, [...side, ...m.side])
     } catch (e) {
@@ -252,7 +264,7 @@ export class SessionLog {
     return { events: r.events, value: out.value as T, row }
   }
 
-  private async commitLocked<T>(build: (u: UnitBuilder) => { patch?: RowPatch; value?: T } | void): Promise<CommitResult<T>> {
+  private async commitLocked<T, F extends RowFlag>(build: Build<T, F>, reads: readonly F[]): Promise<CommitResult<T>> {
     const undos: Undo[] = []
     try {
       return await this.d.db.transaction(async (tx) => {
@@ -260,7 +272,7 @@ export class SessionLog {
         await this.catchUp(tx, row)
         const added: SessionEvent[] = []
         const side: SideRow[] = []
-        const out = build(this.builder(undos, added, side, row)) ?? {}
+        const out = build(this.builder(undos, added, side, row, reads)) ?? {}
         const { patch, side: derived } = mirror(this.state, added, out.patch)
         const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch, [...side, ...derived])
         const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }

@@ -37,10 +37,13 @@ export async function runMaintenance<T>(run: Phases, a: Maintained, task: (signa
   } finally {
     let latched = false
     try {
-      const r = await a.log.commit<boolean>((u) => {
-        latched = u.row.wakeLatched && hasPending(a.state.inbox) && !a.disposed
-        return { patch: { runState: latched ? 'wanted' : 'idle', wakeLatched: false, cancelPending: false }, value: latched }
-      })
+      const r = await a.log.commit<boolean, 'wakeLatched'>(
+        (u) => {
+          latched = u.row.wakeLatched && hasPending(a.state.inbox) && !a.disposed
+          return { patch: { runState: latched ? 'wanted' : 'idle', wakeLatched: false, cancelPending: false }, value: latched }
+        },
+        { reads: ['wakeLatched'] },
+      )
       latched = r.value
     } catch (e) {
       a.logger.warn({ err: errorChain(e) }, 'could not end maintenance')

@@ -24,12 +24,16 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
   const { loop } = tc
   let claimed = prefixClaim
   if (!claimed) {
-    const r = await tc.log.commit<UserMessage[]>((u) => {
-      const { splices, claimed: c } = planClaim(loop.state.inbox, target)
-      for (const s of splices) u.add({ type: 'agent/inbox/spliced', data: s as unknown as Json })
-      return { value: c }
+    // a barrier: the claim is durable before the prompt's hooks run (SPEC §7.2)
+    let c: UserMessage[] = []
+    await tc.unit.close({
+      build: (u) => {
+        const plan = planClaim(loop.state.inbox, target)
+        for (const s of plan.splices) u.add({ type: 'agent/inbox/spliced', data: s as unknown as Json })
+        c = plan.claimed
+      },
     })
-    claimed = r.value
+    claimed = c
     tc.trace.claimed(claimed)
     for (const message of claimed) tc.notify('agent/inbox/claimed', { message, turn: tc.turn })
   }
@@ -130,15 +134,24 @@ function sessionTools(tc: TurnContext): ToolSchema[] {
   return out
 }
 
+/**
+ * How a step ended, and its last write when that waits in the turn's open unit for the step's end:
+ * the settlement of a message without calls, or the batch's last tool/result.
+ */
+export interface StepOutcome {
+  result: StepResult
+  open?: 'message' | 'tool-result'
+}
+
 /** The open step: attempts until one settles as a message, then its tools (SPEC §8, §10, §11). */
-export async function runStep(tc: TurnContext, proposal: Proposal): Promise<StepResult> {
+export async function runStep(tc: TurnContext, proposal: Proposal): Promise<StepOutcome> {
   for (let attempt = 1; ; attempt++) {
     const r = await runAttempt(tc, proposal, attempt)
     if (r.kind === 'message') {
       const calls = r.message.content.filter((b): b is ToolCallBlock => b.type === 'tool-call')
-      if (!calls.length) return r.finish === 'max-tokens' ? 'max-tokens' : 'completed'
-      const { concludes } = await runTools(tc, calls, proposal.mcpTools ?? [], r.appended)
-      return concludes ? 'completed' : 'continue'
+      if (!calls.length) return { result: r.finish === 'max-tokens' ? 'max-tokens' : 'completed', open: 'message' }
+      const { concludes, open } = await runTools(tc, calls, proposal.mcpTools ?? [], r.appended)
+      return { result: concludes ? 'completed' : 'continue', ...(open ? { open: 'tool-result' as const } : {}) }
     }
     // SPEC §10.1 / §18.3: cancellation beats recovery
     tc.abort.check()

@@ -8,6 +8,7 @@ import { callKind, planToolCalls, runToolCalls, toolResultDraft, type CallKind, 
 import type { SideRow } from '../store/index.js'
 import type { TurnContext } from './context.js'
 import type { UnitBuilder } from './log.js'
+import type { Part } from './unit.js'
 
 /** A call whose tool/call was written with its message's settlement (addFirstCall). */
 export interface AppendedCall {
@@ -16,9 +17,13 @@ export interface AppendedCall {
   kind: CallKind
 }
 
-/** Runs a settled message's tool calls in the open step; reports whether a result concludes the turn. */
-export function runTools(tc: TurnContext, calls: ToolCallBlock[], mcpTools: readonly ToolSpec[] = [], appended?: AppendedCall): Promise<{ concludes: boolean }> {
-  return runToolCalls(calls, toolEnv(tc, mcpTools), toolEffects(tc, appended))
+/**
+ * Runs a settled message's tool calls in the open step; reports whether a result concludes the turn,
+ * and whether the batch's last tool/result waits in the open unit for the step's end (`open`).
+ */
+export async function runTools(tc: TurnContext, calls: ToolCallBlock[], mcpTools: readonly ToolSpec[] = [], appended?: AppendedCall): Promise<{ concludes: boolean; open: boolean }> {
+  const r = await runToolCalls(calls, toolEnv(tc, mcpTools), toolEffects(tc, appended))
+  return { concludes: r.concludes, open: tc.unit.staged }
 }
 
 /**
@@ -90,46 +95,56 @@ function toolEffects(tc: TurnContext, appended: AppendedCall | undefined): ToolE
     async appendCall(p, kind) {
       const seq = written(p)
       if (seq !== undefined) return seq
-      const r = await tc.log.commit<number>((u) => ({ value: addCall(tc, u, p, kind) }))
-      callCommitted(tc, { callId: p.callId, seq: r.value, kind })
-      return r.value
+      // a barrier: the call is durable before it is prepared and run (SPEC §11.5)
+      let callSeq = -1
+      await tc.unit.close({ build: (u) => void (callSeq = addCall(tc, u, p, kind)) })
+      callCommitted(tc, { callId: p.callId, seq: callSeq, kind })
+      return callSeq
     },
     async openPending(p, callSeq, kind) {
       // it rode with the tool/call (callKind); an allowed approval's row is re-opened as the client's,
       // and its delivery rides with it as with any call that becomes pending (API.md §14)
       if (pending.rowKind(p.callId) === kind) return
-      await tc.log.commit((u) => {
-        u.side({ kind: 'pending-insert', call: { callId: p.callId, kind, name: p.name, arguments: p.rawArguments } })
-        u.side(requiresAction(turn, { seq: callSeq, time: Date.now() }, p, kind))
+      await tc.unit.close({
+        build: (u) => {
+          u.side({ kind: 'pending-insert', call: { callId: p.callId, kind, name: p.name, arguments: p.rawArguments } })
+          u.side(requiresAction(turn, { seq: callSeq, time: Date.now() }, p, kind))
+        },
       })
       pending.opened(p.callId, kind)
     },
     waitAnswer: (callId, kind) => pending.wait(callId, kind, tc.signal),
     async commitResult(p, callSeq, { outcome, contexts }, last) {
-      // the batch's last result is the step's last write: its step/end (SPEC §6.2) rides in the same
-      // unit, as nothing foreign runs between them. Not with contexts, whose agent/inbox/inserted
-      // notifications come between the result and the step's end.
-      const closesStep = last && !contexts.length
-      await tc.log.commit((u) => {
-        u.add(toolResultDraft(at, p.callId, callSeq, outcome))
-        if (contexts.length) {
-          const data = planSplice(loop.state.inbox, 'next-step', loop.state.inbox.nextStep.length, 0, contexts)
-          if (data) u.add({ type: 'agent/inbox/spliced', data: data as unknown as Json })
-        }
-        // settlement deletes the call's pending row (SPEC §18.10) with its result
-        if (pending.hasRow(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
-        if (closesStep) u.add({ type: 'step/end', data: { turn, step } })
-      })
-      pending.closed(p.callId)
-      for (const message of contexts) tc.notify('agent/inbox/inserted', { message })
-      metrics?.toolCalls.inc({ code: outcome.error?.code ?? (outcome.isError ? 'error' : 'ok') })
+      const part: Part = {
+        build: (u) => {
+          u.add(toolResultDraft(at, p.callId, callSeq, outcome))
+          if (contexts.length) {
+            const data = planSplice(loop.state.inbox, 'next-step', loop.state.inbox.nextStep.length, 0, contexts)
+            if (data) u.add({ type: 'agent/inbox/spliced', data: data as unknown as Json })
+          }
+          // settlement deletes the call's pending row (SPEC §18.10) with its result
+          if (pending.hasRow(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
+        },
+        committed: () => {
+          pending.closed(p.callId)
+          for (const message of contexts) tc.notify('agent/inbox/inserted', { message })
+          metrics?.toolCalls.inc({ code: outcome.error?.code ?? (outcome.isError ? 'error' : 'ok') })
+        },
+      }
+      // the batch's last result is the step's last write: it stays open for the step's end (turn.ts
+      // endStep), as nothing foreign runs between them. Not with contexts, whose agent/inbox/inserted
+      // notifications come between the result and the step's end: a barrier.
+      if (last && !contexts.length) tc.unit.stage(part)
+      else await tc.unit.close(part)
     },
     async abortUnstarted(p, outcome) {
       const seq = written(p)
-      await tc.log.commit((u) => {
-        const callSeq = seq ?? addCall(tc, u, p, { client: false, approval: false })
-        u.add(toolResultDraft(at, p.callId, callSeq, outcome))
-        if (pending.hasRow(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
+      await tc.unit.close({
+        build: (u) => {
+          const callSeq = seq ?? addCall(tc, u, p, { client: false, approval: false })
+          u.add(toolResultDraft(at, p.callId, callSeq, outcome))
+          if (pending.hasRow(p.callId)) u.side({ kind: 'pending-delete', callIds: [p.callId] })
+        },
       })
       pending.closed(p.callId)
       metrics?.toolCalls.inc({ code: 'TOOL_ABORTED_BEFORE_DISPATCH' })

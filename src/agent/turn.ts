@@ -6,11 +6,11 @@
 import { errorChain, hasPending, planClaim, type InboxTarget, type Json, type LlmFailure, type TurnEndReason, type UserMessage } from '../session/index.js'
 import { SlotUnavailableError, type RowPatch } from '../store/index.js'
 import { closer, FatalAppend, turnContext, type AfterTurn, type Loop, type TurnContext, type TurnEnded } from './context.js'
-import { addStepEnd, endOfTurn } from './ends.js'
+import { addTurnEnd, EXIT_READS, stepEnd, stepStart } from './ends.js'
 import { TurnLlmError } from './errors.js'
-import type { UnitBuilder } from './log.js'
+import { LeaseLostError, type RowFlag } from './log.js'
 import type { Phase, Phases } from './phases.js'
-import { proposeStep, runStep, type StepResult } from './step.js'
+import { proposeStep, runStep, type StepOutcome } from './step.js'
 import { decideContinuation, type ContinuationDecision, type ContinuationDuty } from './continuation.js'
 import { traceTurn } from '../tracing/index.js'
 
@@ -88,7 +88,9 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
   const { loop } = ctl
   const duty = loop.continuation
   let decision: ContinuationDecision | undefined
-  const r = await loop.log.commit<OpenedTurn | null>(
+  // the flags the decision reads: a continuation's (decideContinuation), a wake request's spending (SPEC §5.5)
+  const reads: RowFlag[] = [...(duty ? (['cancelPending', 'runState'] as const) : []), ...(first ? (['cancelPending', 'wakeLatched'] as const) : [])]
+  const r = await loop.log.commit<OpenedTurn | null, RowFlag>(
     (u) => {
       // a build may run twice (fast path, then locked path): keep no side effects
       decision = undefined
@@ -115,7 +117,7 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
       return { patch: { runState: 'running', cancelPending: false, wakeLatched: false, ...spent }, value: { turn, claimed, newlyClaimed: claimed } }
     },
     // publication order (SPEC §5.2): agent/status running, then turn/start and the claim
-    { beforePublish: (value) => value && ctl.run.announce() },
+    { reads: [...new Set(reads)], beforePublish: (value) => value && ctl.run.announce() },
   ).catch(waitForSlot)
   if (!r) return null
   if (duty && loop.continuation === duty) {
@@ -190,7 +192,7 @@ async function turnBody(tc: TurnContext, firstClaim: UserMessage[], decided: (re
   let exception = false
   let target: InboxTarget = 'next-turn'
   let claimed: UserMessage[] | undefined = firstClaim
-  /** set when the last step's step/end unit also ended the turn (its settlement's, or closeStep's) */
+  /** set when the last step's step/end unit also ended the turn (endStep) */
   let ended: TurnEnded | undefined
   try {
     for (;;) {
@@ -212,24 +214,23 @@ async function turnBody(tc: TurnContext, firstClaim: UserMessage[], decided: (re
       if (p.decision.messages.length === 0 && stopped) break // post-stop input rewritten away
       tc.abort.check()
       // SPEC §7.5: agent/request runs after step/start; without a listener nobody sees the gap, and
-      // the step/start joins the admission unit (one round trip fewer per step)
-      if (tc.hooks.count('agent/request') === 0) tc.unwrittenStart = { turn, step: proposed }
-      else await tc.log.commit((u) => void u.add({ type: 'step/start', data: { turn, step: proposed } }))
+      // the step/start stays open for the step's next unit (its first admission, or its end)
+      const start = stepStart(turn, proposed)
+      if (tc.hooks.count('agent/request') === 0) tc.unit.stage(start)
+      else await tc.unit.close(start)
       tc.step = proposed
       metrics?.steps.inc()
-      let result: StepResult | undefined
+      let outcome: StepOutcome | undefined
       try {
-        result = await runStep(tc, p)
+        outcome = await runStep(tc, p)
       } finally {
-        // the folded state knows whether a unit closed the step already (the last tool/result's or the
-        // settlement's may; the settlement's may have ended the turn too)
-        if (tc.ended) ended = tc.ended
-        else if (loop.state.openStep !== null || tc.unwrittenStart) ended = await closeStep(tc, result)
+        ended = await endStep(tc, outcome)
       }
       if (ended) {
         reason = ended.reason
         break
       }
+      const result = outcome!.result
       if (result === 'max-tokens') tc.sawMaxTokens = true
       stopped = result !== 'continue'
       tc.abort.check()
@@ -255,32 +256,40 @@ async function turnBody(tc: TurnContext, firstClaim: UserMessage[], decided: (re
   decided(reason!)
   const after = ended
     ? ended.after
-    : (
-        await closer(() =>
-          tc.log.commit<AfterTurn>((u) => {
-            u.add({ type: 'turn/end', data: { turn, reason } as unknown as Json })
-            return endOfTurn(tc, u, exception || park)
-          }),
-        )
-      ).value
+    : await closer(async () => {
+        let after: AfterTurn = 'idle'
+        await tc.unit.close({
+          reads: EXIT_READS,
+          build: (u) => {
+            const end = addTurnEnd(tc, u, reason!, exception || park)
+            after = end.value
+            return end.patch
+          },
+        })
+        return after
+      })
   metrics?.turnEnded(reason!.kind, started)
   return after
 }
 
 /**
- * The open step's step/end (SPEC §6.2: `finally: append step/end`), with the turn/end when the turn
- * ends right after (ends.ts addStepEnd): one round trip fewer per turn, the same events in the same
- * order. Returns the turn's end when the unit ended it.
+ * The open step's end (SPEC §6.2: `finally: append step/end`), a barrier: it joins what the step left
+ * open — a step/start not written yet (a step that failed before its admission), a settlement without
+ * calls, the batch's last tool/result — and, after a settlement without calls, the turn/end when the
+ * turn ends right there (ends.ts stepEnd): one round trip fewer per step and per turn, the same events
+ * in the same order. Returns the turn's end when the unit ended it.
  */
-async function closeStep(tc: TurnContext, result: StepResult | undefined): Promise<TurnEnded | undefined> {
-  const r = await closer(() =>
-    tc.log.commit<TurnEnded | undefined>((u) => {
-      // a step that failed before its admission: its step/start first (SPEC §6.5: boundaries pair)
-      if (tc.unwrittenStart) u.add({ type: 'step/start', data: tc.unwrittenStart })
-      const end = addStepEnd(tc, u, result)
-      return { patch: end.patch, value: end.ended }
-    }),
-  )
-  tc.unwrittenStart = undefined
-  return r.value
+async function endStep(tc: TurnContext, outcome: StepOutcome | undefined): Promise<TurnEnded | undefined> {
+  let ended: TurnEnded | undefined
+  const set = (e: TurnEnded | undefined) => void (ended = e)
+  try {
+    await tc.unit.close(stepEnd(tc, outcome?.open === 'message' ? outcome.result : undefined, set))
+    return ended
+  } catch (e) {
+    if (!outcome?.open || e instanceof LeaseLostError) throw new FatalAppend(e)
+    // the step's last write failed with its end, so nothing of either is written: the step still
+    // closes, alone (SPEC §6.5), and the turn fails with that write's error
+    await closer(() => tc.unit.close(stepEnd(tc, undefined, set)))
+    throw e
+  }
 }
