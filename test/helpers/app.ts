@@ -130,7 +130,7 @@ export async function startTestApp(o: TestAppOptions): Promise<TestApp> {
     let done!: () => void
     const next = new Promise<void>((r) => (done = r))
     const timer = setTimeout(() => done(), RECHECK_MS)
-    const off = key ? app.bus.subscribe(key, { commit: () => done(), live: (f) => void (f.event !== 'agent/assistant-stream' && done()), poke: () => done(), reset: () => done() }) : () => {}
+    const off = key ? app.bus.live.subscribe(key, { commit: () => done(), live: (f) => void (f.event !== 'agent/assistant-stream' && done()), poke: () => done(), reset: () => done() }) : () => {}
     return {
       next,
       cancel() {
