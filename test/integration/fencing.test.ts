@@ -77,6 +77,27 @@ describe.each(DB_KINDS)('SessionLog fencing on %s', (kind) => {
     expect(JSON.parse((await rowOf(key)).inbox).nextTurn.map((m: UserMessage) => m.id)).toEqual(['m1', 'm3'])
   })
 
+  it("a unit's row flags are its declared inputs: an undeclared one throws and writes nothing; a declared one that moved is read under the lock", async () => {
+    const { key, id } = await newSession({ owner: 'a', token: 1 })
+    const sl = new SessionLog({ db, publisher, mutex, log }, key, id, new SessionState(), { owner: 'a', token: 1 })
+    await sl.commit((u) => void u.add(splice(msg('m1', 'one'), 0)))
+    const err = await sl.commit((u) => void u.add(splice(msg('m2', (u.row as any).cancelPending ? 'x' : 'y'), 1))).catch((e) => e)
+    expect(String(err)).toMatch(/cancelPending without declaring it/)
+    expect(sl.state.nextSeq).toBe(1)
+    expect((await readEvents(db, key)).length).toBe(1)
+    // another process set cancel_pending: the fast append, conditional on the flag as last seen, fails,
+    // and the unit is built under the lock against the row as it is
+    await db.query('UPDATE sessions SET cancel_pending = true WHERE key = $1', [key])
+    const seen: boolean[] = []
+    const r = await sl.commit<void, 'cancelPending'>((u) => {
+      seen.push(u.row.cancelPending)
+      u.add(splice(msg('m2', 'two'), 1))
+    }, { reads: ['cancelPending'] })
+    expect(seen).toEqual([false, true])
+    expect(r.row.cancelPending).toBe(true)
+    expect(r.events.map((e) => e.seq)).toEqual([1])
+  })
+
   it('the same owner with a stale token is fenced too (a re-claim bumps the token)', async () => {
     const { key, id } = await newSession({ owner: 'a', token: 1 })
     const sl = new SessionLog({ db, publisher, mutex, log }, key, id, new SessionState(), { owner: 'a', token: 1 })
