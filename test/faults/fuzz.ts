@@ -487,6 +487,9 @@ export async function runFuzz(ctx: PartContext): Promise<PartResult> {
           }
         }
       }
+      // a path whose id came out empty (`/v1/agents/`) matches no route: the router answers 404 before
+      // any credential, scope or query is looked at, whatever else the request got wrong
+      if (expect && !expect.status.includes(404) && op.pathParams.some((p) => values[p] === '')) expect = { status: [...expect.status, 404], why: `${expect.why}, or 404 on a path with an empty id` }
       // path: each parameter percent-encoded, except garbage meant to arrive as sent
       const asSent = (p: string) => (m?.kind === 'path-garbage' && /%/.test(values[p]) && values[p] === m.text) || (m?.kind === 'raw-path' && values[p] === m.text)
       rawPath = op.template.replace(/\{(\w+)\}/g, (_x, p: string) => (asSent(p) ? values[p] : enc(values[p] ?? 'x')))

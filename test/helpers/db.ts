@@ -137,12 +137,21 @@ export function countingDb(db: Db, only?: RegExp): { db: Db; n: () => number } {
     if (!only || only.test(sql)) n++
     return q.query<T>(sql, params)
   }
+  // what the store keeps on a Db (its unit committer, its key lookups) is the counter's own: units
+  // committed through it are counted, the server's own (through the unwrapped Db) are not
+  const own: Record<string | symbol, unknown> = {}
   const wrapped = new Proxy(db, {
     get(target, p) {
       if (p === 'query') return counted(target)
       if (p === 'transaction') return <R>(fn: (tx: Pick<Db, 'query'>) => Promise<R>) => target.transaction((tx) => fn({ query: counted(tx) }))
+      if (p === 'units' || p === 'lookups') return own[p]
       const v = Reflect.get(target, p)
       return typeof v === 'function' ? v.bind(target) : v
+    },
+    set(_target, p, v) {
+      if (p !== 'units' && p !== 'lookups') return false
+      own[p] = v
+      return true
     },
   })
   return { db: wrapped, n: () => n }

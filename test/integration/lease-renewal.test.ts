@@ -8,12 +8,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Db } from '../../src/store/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
 import { until } from '../helpers/wait.js'
 
-const RENEWAL = /^\s*UPDATE sessions s SET lease_expires_at/
+const RENEWAL = /UPDATE sessions s SET lease_expires_at/
 
 /** The database as the server sees it, with the answer of one renewal held back when armed. */
 function slowRenewals(db: Db) {
@@ -54,7 +54,7 @@ function slowRenewals(db: Db) {
   }
 }
 
-describe.each(DB_KINDS)('lease renewal on %s', (kind) => {
+describe.each(APP_DB_KINDS)('lease renewal on %s', (kind) => {
   let t: TestApp
   let renewals: ReturnType<typeof slowRenewals>
   beforeAll(async () => {

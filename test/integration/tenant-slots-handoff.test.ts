@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SlotUnavailableError, type Db } from '../../src/store/index.js'
 import { startTestApp, type TestApp } from '../helpers/app.js'
 import { d, ofType } from '../helpers/events.js'
-import { DB_KINDS } from '../helpers/db.js'
+import { APP_DB_KINDS } from '../helpers/db.js'
 import { expectValidLog } from '../helpers/invariants.js'
 import { gate } from '../helpers/scripted.js'
 import { sleep, until } from '../helpers/wait.js'
@@ -62,7 +62,7 @@ function slowSlots(db: Db) {
   }
 }
 
-describe.each(DB_KINDS)('a slot handoff on %s', (kind) => {
+describe.each(APP_DB_KINDS)('a slot handoff on %s', (kind) => {
   let t: TestApp
   let slots: ReturnType<typeof slowSlots>
   beforeAll(async () => {
