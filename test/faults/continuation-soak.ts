@@ -22,6 +22,7 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { adminCandidates, baseUrl } from '../helpers/db-urls.js'
 import { violations } from '../helpers/invariants.js'
+import { rng } from '../helpers/rng.js'
 import { freePort, startMockLlm, startToolServer, type MockRequest } from '../e2e/helpers-processes.js'
 
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
@@ -47,18 +48,6 @@ function parseArgs(argv: string[]): Args {
     else throw new Error(`unknown argument ${k} (known: --kills, --processes, --sessions, --seed)`)
   }
   return a
-}
-
-/** mulberry32: the soak's choices repeat for a seed (the timing of a real cluster does not). */
-function rng(seed: number): () => number {
-  let s = seed >>> 0
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0
-    let t = s
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
 }
 
 async function adminClient(): Promise<pg.Client> {

@@ -2,19 +2,8 @@
 // AG-UI): steps of text, reasoning, server tool calls and failed attempts, maybe a steer mid-turn,
 // the same for a seed in every test that uses them.
 
+import { rng } from './rng.js'
 import type { Step } from './scripted.js'
-
-/** A small seeded generator (mulberry32), so a failing script can be replayed by its seed. */
-export function rng(seed: number) {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 export interface Script {
   steps: Step[]
