@@ -17,7 +17,7 @@ import type { AgentSpec, Loop, LoopServices, Series, TenantGate } from './contex
 import { AGENT, Handles, type AgentHandle } from './handle.js'
 import type { Accepted } from './intake.js'
 import { runMaintenance } from './maintenance.js'
-import { LeaseLostError, SessionLog, type Lease, type SessionLogDeps, type UnitBuilder } from './log.js'
+import { commitDecision, LeaseLostError, SessionLog, type Lease, type SessionLogDeps, type UnitBuilder } from './log.js'
 import { PendingCalls } from './pending.js'
 import { Phases, type Phase } from './phases.js'
 import type { SystemPromptService } from './prompt.js'
@@ -221,7 +221,7 @@ export class Agent implements Loop {
     if (this.disposed) throw new Error(`the Agent of session ${this.id} is disposed`)
     const message = toUserMessage(input, { kind: 'plugin', plugin })
     const run = this.run
-    const r = await this.log.commit<number, 'runState' | 'cancelPending'>((u) => {
+    const r = await commitDecision<void, 'runState' | 'cancelPending'>(this.log, (u) => {
       // a waking route decides on the row's flags: they are the unit's declared inputs
       const plan = planDelivery(this.state.inbox, route, message, {
         get idle() {
@@ -234,13 +234,13 @@ export class Agent implements Loop {
           return run.converging || u.row.cancelPending
         },
       })
-      const e = u.add({ type: 'agent/inbox/spliced', data: plan.splice as unknown as Json })
-      return { patch: plan.flags, value: e.seq }
-    }, { reads: ROUTE_WAKES[route] ? ['runState', 'cancelPending'] : [] })
+      u.add({ type: 'agent/inbox/spliced', data: plan.splice as unknown as Json })
+      return { patch: plan.flags }
+    }, { reads: ROUTE_WAKES[route] ? ['inbox', 'runState', 'cancelPending'] : ['inbox'] })
     this.notify('agent/inbox/inserted', { message })
     // C2: a waking delivery to an idle Agent resolves once the wake prefix committed (maybe started by the row flag)
     if (ROUTE_WAKES[route] && !this.disposed) await this.wake()
-    return { messageId: message.id, seq: r.value }
+    return { messageId: message.id, seq: r.events[0].seq }
   }
 
   /** SPEC §5.5: clear the inbox unless keepInbox, then abort whatever runs. */
@@ -253,17 +253,19 @@ export class Agent implements Loop {
   }
 
   private async clearInbox(): Promise<void> {
-    let removed: UserMessage[] = []
-    // a build may run twice (fast path, then locked path): it must not keep side effects
-    await this.log.commit((u) => {
-      removed = []
-      for (const d of planClear(this.state.inbox)) {
-        removed.push(...listOf(this.state.inbox, d.target))
-        u.add({ type: 'agent/inbox/spliced', data: d as unknown as Json })
-      }
-      return { patch: { wakeLatched: false } }
-    })
-    for (const message of removed) this.notify('agent/inbox/discarded', { message })
+    const r = await commitDecision<UserMessage[]>(
+      this.log,
+      (u) => {
+        const removed: UserMessage[] = []
+        for (const d of planClear(this.state.inbox)) {
+          removed.push(...listOf(this.state.inbox, d.target))
+          u.add({ type: 'agent/inbox/spliced', data: d as unknown as Json })
+        }
+        return { patch: { wakeLatched: false }, value: removed }
+      },
+      { reads: ['inbox'] },
+    )
+    for (const message of r.value) this.notify('agent/inbox/discarded', { message })
   }
 
   // ------------------------------------------------------------------------------------------

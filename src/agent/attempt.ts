@@ -37,7 +37,7 @@ export async function runAttempt(tc: TurnContext, proposal: Proposal, attempt: n
     if (!(e instanceof LlmError && e.failure.code === 'NO_ADAPTER')) throw e
   }
   tc.abort.check()
-  // A3: synchronous admission, ONE unit (SPEC §2.4); planned again if the unit is rebuilt on the locked path
+  // A3: synchronous admission, ONE unit (SPEC §2.4)
   const used = prepared?.config ?? config
   // a barrier: the request is derived from what is durable (SPEC §8.9); a staged step/start rides in it
   await tc.unit.close({
@@ -232,8 +232,12 @@ async function dispatch(tc: TurnContext, request: LlmRequest, prepared: Prepared
   // once, tool-effects.ts addFirstCall); without calls the step ends right after and nothing foreign
   // runs between them (SPEC §6.2): it stays open for the step's end (turn.ts endStep)
   const calls = message.content.some((b) => b.type === 'tool-call')
+  // the call's seq is the one its tool/call was committed at
   let appended: AppendedCall | undefined
-  const firstCall: Part = { build: (u) => void (appended = addFirstCall(tc, u, message, proposal.mcpTools)) }
+  const firstCall: Part = {
+    build: (u) => void (appended = addFirstCall(tc, u, message, proposal.mcpTools)),
+    committed: (events) => void (appended &&= { ...appended, seq: events[0].seq }),
+  }
   await settle('assistant/message', { turn, step, message, stream, ...usage }, calls ? firstCall : undefined, !calls)
   if (appended) callCommitted(tc, appended)
   return { kind: 'message', message, finish, ...(appended ? { appended } : {}) }

@@ -27,7 +27,7 @@ export function stepStart(turn: number, step: number): Part {
 export function stepEnd(tc: TurnContext, result: StepResult | undefined, ended: (e: TurnEnded | undefined) => void): Part<ExitFlag> {
   const { loop, turn, step } = tc
   return {
-    // the exit decision's flags, when the turn may end here
+    // the exit decision's inputs, when the turn may end here
     reads: result !== undefined && result !== 'continue' ? EXIT_READS : [],
     build: (u) => {
       ended(undefined)
@@ -42,9 +42,9 @@ export function stepEnd(tc: TurnContext, result: StepResult | undefined, ended: 
   }
 }
 
-/** The row flags the driver's exit decision reads (endOfTurn): a unit ending a turn declares them. */
+/** What the driver's exit decision reads (endOfTurn): a unit ending a turn declares them. */
 export type ExitFlag = 'cancelPending' | 'wakeLatched'
-export const EXIT_READS: readonly ExitFlag[] = ['cancelPending', 'wakeLatched']
+export const EXIT_READS: readonly (ExitFlag | 'inbox')[] = ['cancelPending', 'wakeLatched', 'inbox']
 
 /** The only writer of turn/end, with the driver's exit decision (endOfTurn); its unit reads EXIT_READS. */
 export function addTurnEnd(tc: TurnContext, u: UnitBuilder<ExitFlag>, reason: TurnEndReason, stop: boolean): { patch: RowPatch; value: AfterTurn } {

@@ -13,7 +13,7 @@ export { Sessions, sessionObject, newSessionId, type SessionObject, type Session
 export { Agents, agentObject, type AgentObject, type CreateAgentBody, type PatchAgentBody } from './agents.js'
 export { Publisher, type SessionRef } from './publish.js'
 export { KeyedMutex } from './locks.js'
-export { SessionLog, LeaseLostError, type Lease, type SessionLogDeps, type UnitBuilder } from './log.js'
+export { commitDecision, SessionLog, LeaseLostError, StaleUnitError, type Lease, type SessionLogDeps, type UnitBuilder, type UnitInput } from './log.js'
 export { SystemPromptService, renderPrompt, reconcile, canonicalTools, promptContent, systemNodes, type PromptAssembly } from './prompt.js'
 export { toUserMessage, normalizeContent, newMessageId, idempotencyMessageId, InputError, type MessageInput, type DeliveryRoute } from '../session/index.js'
 export { AbortedError, TurnLlmError } from './errors.js'

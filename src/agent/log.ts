@@ -12,6 +12,26 @@ import type { Publisher } from './publish.js'
 export type RowFlag = 'runState' | 'cancelPending' | 'wakeLatched'
 const ROW_FLAGS: readonly RowFlag[] = ['runState', 'cancelPending', 'wakeLatched']
 
+/**
+ * What a unit may decide on besides its own drafts: row flags, and the inbox — the only part of the
+ * folded state that others append to while a driver holds the lease (deliveries, removals and a
+ * cancel's clearing splice it, intake.ts). A unit that splices the inbox or decides on what it holds
+ * declares 'inbox'.
+ */
+export type UnitInput = RowFlag | 'inbox'
+
+/**
+ * A unit's declared inputs changed between its build and its commit (an optimistic append lost the
+ * race to a delivery or a cancel): nothing of it was written, the log has folded what the others
+ * wrote, and the unit goes back to its caller to be decided again (commitDecision).
+ */
+export class StaleUnitError extends Error {
+  constructor(readonly sessionId: string, readonly changed: readonly UnitInput[]) {
+    super(`the unit's inputs (${changed.join(', ')}) of session ${sessionId} changed before it committed`)
+    this.name = 'StaleUnitError'
+  }
+}
+
 /** The stored copy is deep-frozen (SPEC §3.1.5); drafts are frozen as they join a unit. */
 function deepFreezeData(e: SessionEvent): SessionEvent {
   deepFreeze(e.data)
@@ -51,9 +71,12 @@ export type Build<T, F extends RowFlag = never> = (u: UnitBuilder<F>) => { patch
 
 /** How a unit commits: its declared inputs, and its publication. */
 export interface CommitOpts<T, F extends RowFlag = never> {
-  /** the row flags the build decides on: the fast append is conditional on them (SPEC §5.5) */
-  reads?: readonly F[]
-  /** the build needs the locked row (the fast path is not tried) */
+  /**
+   * what the build decides on: row flags (the fast append is conditional on them, SPEC §5.5) and
+   * the inbox; when one changed before the unit committed, commit throws StaleUnitError
+   */
+  reads?: readonly (F | 'inbox')[]
+  /** the build runs under the row lock (the fast path is not tried): its inputs cannot change */
   locked?: boolean
   publish?: boolean
   beforePublish?: (value: T, events: StoredEvent[]) => void
@@ -121,6 +144,36 @@ function turnEndWebhook(e: SessionEvent): SideRow | undefined {
   return type && { kind: 'webhook', event: { type, turn: data.turn, seq: e.seq, time: e.time, extra: { reason: data.reason } } }
 }
 
+/** A unit as its build left it: drafts stamped where the build saw the log and folded, its side rows, patch and value. */
+interface Built<T> {
+  added: SessionEvent[]
+  side: SideRow[]
+  out: { patch?: RowPatch; value?: T }
+  undos: Undo[]
+  /** the row flags the build saw */
+  known: LeanRow | undefined
+}
+
+function undo(undos: Undo[]): void {
+  for (let i = undos.length - 1; i >= 0; i--) undos[i]()
+  undos.length = 0
+}
+
+/**
+ * A unit that decides on declared inputs (`reads`): committed once; when its inputs changed before
+ * it committed (StaleUnitError: nothing written, the log caught up), the caller's decision is made
+ * again, once, under the row lock, where they cannot change. Its build leaves nothing outside itself
+ * but through its value and its patch, so the second decision simply replaces the first.
+ */
+export async function commitDecision<T = void, F extends RowFlag = never>(log: { commit<U = void, G extends RowFlag = never>(build: Build<U, G>, opts?: CommitOpts<U, G>): Promise<CommitResult<U>> }, build: Build<T, F>, opts: CommitOpts<T, F> = {}): Promise<CommitResult<T>> {
+  try {
+    return await log.commit(build, opts)
+  } catch (e) {
+    if (!(e instanceof StaleUnitError)) throw e
+    return log.commit(build, { ...opts, locked: true })
+  }
+}
+
 export class SessionLog {
   /** the latest row flags this driver saw (cancel_pending, wake_latched, run_state) */
   row: LeanRow | undefined
@@ -150,20 +203,25 @@ export class SessionLog {
   }
 
   /**
-   * Commits one unit. `build` adds drafts through the builder (each folded at once) and may return
-   * a row patch and a value. Throwing anywhere — in build, on validation, in the database — leaves
-   * the folded state exactly as before. Returns the committed events, already published, and the row
-   * flags the unit saw (the caller reacts to a cancel request or a wake).
+   * Commits one unit. `build` runs ONCE: it adds drafts through the builder (each stamped and folded
+   * at once) and may return a row patch and a value. Throwing anywhere — in build, on validation, in
+   * the database — leaves the folded state exactly as before. Returns the committed events, already
+   * published, and the row flags the unit saw (the caller reacts to a cancel request or a wake).
+   *
+   * The unit is first appended optimistically, conditional on the row being where this driver last
+   * saw it. When another writer moved it meanwhile (a delivery, a cancel), the row is locked and what
+   * they wrote is folded; if the unit's declared inputs (`reads`) are as its build saw them, the same
+   * drafts are stamped again after those events (references to the unit's own events follow them),
+   * else nothing is written and StaleUnitError goes back to the caller (commitDecision).
    */
   async commit<T = void, F extends RowFlag = never>(build: Build<T, F>, opts: CommitOpts<T, F> = {}): Promise<CommitResult<T>> {
     if (this.d.publisher.isPublishing(this.key)) throw new LogError('a session/event observer may not append to the session it observes (SPEC §3.1.5)')
     return this.d.mutex.run(this.key, async () => {
-      // the fast path: one fenced statement, conditional on the flags the unit reads as last seen; a
-      // unit that declared it needs the locked row, that reads flags of a row not seen yet, or that
-      // found the row moved or the lease gone, takes the locked path
+      // the fast path needs the declared flags as last seen; a unit that declared it needs the
+      // locked row, or that reads flags of a row not seen yet, builds under the lock
       const reads = opts.reads ?? []
-      const fast = !opts.locked && (!reads.length || this.row !== undefined)
-      const result = (fast ? await this.commitFast(build, reads) : null) ?? (await this.commitLocked(build, reads))
+      const fast = !opts.locked && (reads.every((r) => r === 'inbox') || this.row !== undefined)
+      const result = fast ? await this.commitBuilt(this.runBuild(build, reads, this.row, []), reads) : await this.commitLocked(build, reads)
       this.row = result.row
       this.d.onAppend?.(result.events.length)
       opts.beforePublish?.(result.value, result.events)
@@ -182,15 +240,27 @@ export class SessionLog {
     })
   }
 
+  /** Runs a build once against the folded state and `row`; a throw undoes its folds. */
+  private runBuild<T, F extends RowFlag>(build: Build<T, F>, reads: readonly (F | 'inbox')[], row: LeanRow | undefined, undos: Undo[]): Built<T> {
+    const b: Built<T> = { added: [], side: [], out: {}, undos, known: row }
+    try {
+      b.out = build(this.builder(b, row, reads)) ?? {}
+    } catch (e) {
+      undo(undos)
+      throw e
+    }
+    return b
+  }
+
   /**
    * A builder that stamps and folds each draft at once, collecting the undos and the side rows; its
    * `row` holds the declared flags of `row` only.
    */
-  private builder<F extends RowFlag>(undos: Undo[], added: SessionEvent[], side: SideRow[], row: LeanRow | undefined, reads: readonly F[]): UnitBuilder<F> {
+  private builder<F extends RowFlag>(b: Built<unknown>, row: LeanRow | undefined, reads: readonly (F | 'inbox')[]): UnitBuilder<F> {
     // the declared flags; reading another is a mistake of the unit, not a silent `undefined`
     const flags = {} as Pick<LeanRow, F>
     for (const f of ROW_FLAGS) {
-      const declared = (reads as readonly RowFlag[]).includes(f)
+      const declared = (reads as readonly UnitInput[]).includes(f)
       const value = declared ? row![f] : undefined
       Object.defineProperty(flags, f, {
         enumerable: declared,
@@ -200,54 +270,44 @@ export class SessionLog {
         },
       })
     }
+    const inbox = (reads as readonly UnitInput[]).includes('inbox')
     return {
       row: Object.freeze(flags),
-      side: (r) => void side.push(r),
+      side: (r) => void b.side.push(r),
       add: (draft, o) => {
+        if (draft.type === 'agent/inbox/spliced' && !inbox) throw new LogError("a unit that splices the inbox declares it reads the inbox (reads: ['inbox'])")
         const time = Math.max(o?.time ?? Date.now(), this.state.lastTime)
         const [e] = stamp({ nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }, [draft], time)
-        undos.push(this.state.apply(deepFreezeData(e)))
-        added.push(e)
+        b.undos.push(this.state.apply(deepFreezeData(e)))
+        b.added.push(e)
         return e
       },
     }
   }
 
-  private async commitFast<T, F extends RowFlag>(build: Build<T, F>, reads: readonly F[]): Promise<CommitResult<T> | null> {
-    const undos: Undo[] = []
-    const added: SessionEvent[] = []
-    const side: SideRow[] = []
-    const undo = () => {
-      for (let i = undos.length - 1; i >= 0; i--) undos[i]()
-    }
-    let out: { patch?: RowPatch; value?: T }
-    const known = this.row
-    try {
-      out = build(this.builder(undos, added, side, known, reads)) ?? {}
-    } catch (e) {
-      undo()
-      throw e
-    }
-    if (!added.length) {
-      undo()
+  /** The optimistic append of a built unit; when the row moved, the unit is committed under its lock. */
+  private async commitBuilt<T, F extends RowFlag>(b: Built<T>, reads: readonly (F | 'inbox')[]): Promise<CommitResult<T>> {
+    if (!b.added.length) {
       // nothing to write (an empty claim, an admission with nothing new): no round trip at all; a
-      // row patch or side rows alone take the locked path
-      const patch = out.patch ?? {}
-      if (!Object.values(patch).some((v) => v !== undefined) && !reads.length && !side.length && this.row) return { events: [], value: out.value as T, row: this.row }
-      return null
+      // row patch or side rows alone are written under the lock
+      const patch = b.out.patch ?? {}
+      if (!Object.values(patch).some((v) => v !== undefined) && !reads.length && !b.side.length && this.row) return { events: [], value: b.out.value as T, row: this.row }
+      return this.commitMoved(b, reads)
     }
     let r
     try {
-      const flags = reads.length && known ? Object.fromEntries(reads.map((f) => [f, known[f]])) : undefined
-      const m = mirror(this.state, added, out.patch)
-      r = await appendConditional(this.d.db, this.key, { nextSeq: added[0].seq, lease: this.lease, flags }, added, m.patch, [...side, ...m.side])
+      const known = b.known
+      const flagReads = reads.filter((f): f is F => f !== 'inbox')
+      const flags = flagReads.length && known ? Object.fromEntries(flagReads.map((f) => [f, known[f]])) : undefined
+      const m = mirror(this.state, b.added, b.out.patch)
+      r = await appendConditional(this.d.db, this.key, { nextSeq: b.added[0].seq, lease: this.lease, flags }, b.added, m.patch, [...b.side, ...m.side])
     } catch (e) {
-      undo()
+      undo(b.undos)
       throw e
     }
     if (!r) {
-      undo()
-      return null
+      undo(b.undos)
+      return this.commitMoved(b, reads)
     }
     const row: LeanRow = {
       key: this.key,
@@ -261,29 +321,83 @@ export class SessionLog {
       leaseToken: this.lease.token,
       openTurn: this.state.openTurn,
     }
-    return { events: r.events, value: out.value as T, row }
+    return { events: r.events, value: b.out.value as T, row }
   }
 
-  private async commitLocked<T, F extends RowFlag>(build: Build<T, F>, reads: readonly F[]): Promise<CommitResult<T>> {
+  /**
+   * A built unit whose optimistic append found the row moved (or that only moves the row): under the
+   * row lock, what others wrote is folded; then the unit is written as built, stamped after it, or
+   * — when an input it declared changed — not at all (StaleUnitError).
+   */
+  private async commitMoved<T, F extends RowFlag>(b: Built<T>, reads: readonly (F | 'inbox')[]): Promise<CommitResult<T>> {
+    const undos: Undo[] = []
+    try {
+      return await this.d.db.transaction(async (tx) => {
+        const row = this.check(await lockLean(tx, this.key))
+        const caught = await this.catchUp(tx, row)
+        const changed = reads.filter((r) => (r === 'inbox' ? caught.some((e) => e.type === 'agent/inbox/spliced') : b.known === undefined || b.known[r] !== row[r]))
+        if (changed.length) {
+          this.row = row
+          throw new StaleUnitError(this.id, changed)
+        }
+        const { added, side } = this.restamp(b, undos)
+        return this.writeLocked(tx, row, added, side, b.out)
+      })
+    } catch (e) {
+      undo(undos)
+      throw e
+    }
+  }
+
+  /**
+   * The unit's drafts, stamped again after the events others wrote meanwhile and folded; a reference
+   * to an event of the unit itself (a tool/result's source call, a replacement's range, a webhook's
+   * seq) moves with it, one to an earlier event stays.
+   */
+  private restamp(b: Built<unknown>, undos: Undo[]): { added: SessionEvent[]; side: SideRow[] } {
+    if (!b.added.length) return { added: [], side: b.side }
+    const first = b.added[0].seq
+    const delta = this.state.nextSeq - first
+    if (delta === 0) {
+      for (const e of b.added) undos.push(this.state.apply(e))
+      return { added: b.added, side: b.side }
+    }
+    const at = (seq: number) => (seq >= first ? seq + delta : seq)
+    const added = b.added.map((e) => {
+      const moved: SessionEvent = { ...e, seq: e.seq + delta, time: Math.max(e.time, this.state.lastTime) }
+      if (e.sourceEventSeqs) moved.sourceEventSeqs = e.sourceEventSeqs.map(at)
+      if (typeof e.surfaceOp === 'object') moved.surfaceOp = { ...e.surfaceOp, start: at(e.surfaceOp.start), end: at(e.surfaceOp.end) }
+      undos.push(this.state.apply(moved))
+      return moved
+    })
+    const side = b.side.map((r) => (r.kind === 'webhook' ? { ...r, event: { ...r.event, seq: at(r.event.seq) } } : r))
+    return { added, side }
+  }
+
+  /** Writes folded drafts under the row lock with their mirror; the row as it is after them. */
+  private async writeLocked<T>(tx: Queryable, row: LeanRow, added: SessionEvent[], side: SideRow[], out: { patch?: RowPatch; value?: T }): Promise<CommitResult<T>> {
+    const { patch, side: derived } = mirror(this.state, added, out.patch)
+    const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch, [...side, ...derived])
+    const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }
+    if (patch.runState !== undefined) next.runState = patch.runState
+    if (patch.cancelPending !== undefined) next.cancelPending = patch.cancelPending
+    if (patch.wakeLatched !== undefined) next.wakeLatched = patch.wakeLatched
+    if (patch.openTurn !== undefined) next.openTurn = patch.openTurn
+    return { events, value: out.value as T, row: next }
+  }
+
+  /** A unit built under the row lock, on the row as it is: its inputs cannot change before it commits. */
+  private async commitLocked<T, F extends RowFlag>(build: Build<T, F>, reads: readonly (F | 'inbox')[]): Promise<CommitResult<T>> {
     const undos: Undo[] = []
     try {
       return await this.d.db.transaction(async (tx) => {
         const row = this.check(await lockLean(tx, this.key))
         await this.catchUp(tx, row)
-        const added: SessionEvent[] = []
-        const side: SideRow[] = []
-        const out = build(this.builder(undos, added, side, row, reads)) ?? {}
-        const { patch, side: derived } = mirror(this.state, added, out.patch)
-        const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch, [...side, ...derived])
-        const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }
-        if (patch.runState !== undefined) next.runState = patch.runState
-        if (patch.cancelPending !== undefined) next.cancelPending = patch.cancelPending
-        if (patch.wakeLatched !== undefined) next.wakeLatched = patch.wakeLatched
-        if (patch.openTurn !== undefined) next.openTurn = patch.openTurn
-        return { events, value: out.value as T, row: next }
+        const b = this.runBuild(build, reads, row, undos)
+        return this.writeLocked(tx, row, b.added, b.side, b.out)
       })
     } catch (e) {
-      for (let i = undos.length - 1; i >= 0; i--) undos[i]()
+      undo(undos)
       throw e
     }
   }

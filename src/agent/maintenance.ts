@@ -5,6 +5,7 @@
 import type { Logger } from 'pino'
 import { errorChain, hasPending, type SessionState } from '../session/index.js'
 import type { Loop } from './context.js'
+import { commitDecision } from './log.js'
 import type { Phases } from './phases.js'
 
 /** Maintenance was asked of an Agent that is not idle (a turn or other maintenance runs). */
@@ -37,12 +38,13 @@ export async function runMaintenance<T>(run: Phases, a: Maintained, task: (signa
   } finally {
     let latched = false
     try {
-      const r = await a.log.commit<boolean, 'wakeLatched'>(
+      const r = await commitDecision<boolean, 'wakeLatched'>(
+        a.log,
         (u) => {
-          latched = u.row.wakeLatched && hasPending(a.state.inbox) && !a.disposed
-          return { patch: { runState: latched ? 'wanted' : 'idle', wakeLatched: false, cancelPending: false }, value: latched }
+          const wanted = u.row.wakeLatched && hasPending(a.state.inbox) && !a.disposed
+          return { patch: { runState: wanted ? 'wanted' : 'idle', wakeLatched: false, cancelPending: false }, value: wanted }
         },
-        { reads: ['wakeLatched'] },
+        { reads: ['wakeLatched', 'inbox'] },
       )
       latched = r.value
     } catch (e) {

@@ -27,6 +27,7 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
     // a barrier: the claim is durable before the prompt's hooks run (SPEC §7.2)
     let c: UserMessage[] = []
     await tc.unit.close({
+      reads: ['inbox'],
       build: (u) => {
         const plan = planClaim(loop.state.inbox, target)
         for (const s of plan.splices) u.add({ type: 'agent/inbox/spliced', data: s as unknown as Json })

@@ -45,7 +45,10 @@ export function callCommitted(tc: TurnContext, c: AppendedCall): void {
   else if (c.kind.approval) tc.loop.pending.opened(c.callId, 'approval')
 }
 
-/** A call's tool/call and the pending row callKind gives it (SPEC §18.10), added to a unit; its seq. */
+/**
+ * A call's tool/call and the pending row callKind gives it (SPEC §18.10), added to a unit; its seq in
+ * the unit as built (what the unit refers to it by; the committed seq is its event's).
+ */
 function addCall(tc: TurnContext, u: UnitBuilder, p: { callId: string; name: string; rawArguments: string }, kind: CallKind): number {
   const { turn, step } = tc
   const e = u.add({ type: 'tool/call', data: { turn, step, callId: p.callId, name: p.name, arguments: p.rawArguments } })
@@ -97,7 +100,7 @@ function toolEffects(tc: TurnContext, appended: AppendedCall | undefined): ToolE
       if (seq !== undefined) return seq
       // a barrier: the call is durable before it is prepared and run (SPEC §11.5)
       let callSeq = -1
-      await tc.unit.close({ build: (u) => void (callSeq = addCall(tc, u, p, kind)) })
+      await tc.unit.close({ build: (u) => void addCall(tc, u, p, kind), committed: (events) => void (callSeq = events[0].seq) })
       callCommitted(tc, { callId: p.callId, seq: callSeq, kind })
       return callSeq
     },
@@ -116,6 +119,8 @@ function toolEffects(tc: TurnContext, appended: AppendedCall | undefined): ToolE
     waitAnswer: (callId, kind) => pending.wait(callId, kind, tc.signal),
     async commitResult(p, callSeq, { outcome, contexts }, last) {
       const part: Part = {
+        // contexts are queued at next-step's end: the inbox is an input
+        reads: contexts.length ? ['inbox'] : [],
         build: (u) => {
           u.add(toolResultDraft(at, p.callId, callSeq, outcome))
           if (contexts.length) {

@@ -8,7 +8,7 @@ import { SlotUnavailableError, type RowPatch } from '../store/index.js'
 import { closer, FatalAppend, turnContext, type AfterTurn, type Loop, type TurnContext, type TurnEnded } from './context.js'
 import { addTurnEnd, EXIT_READS, stepEnd, stepStart } from './ends.js'
 import { TurnLlmError } from './errors.js'
-import { LeaseLostError, type RowFlag } from './log.js'
+import { commitDecision, LeaseLostError, type RowFlag, type UnitInput } from './log.js'
 import type { Phase, Phases } from './phases.js'
 import { proposeStep, runStep, type StepOutcome } from './step.js'
 import { decideContinuation, type ContinuationDecision, type ContinuationDuty } from './continuation.js'
@@ -87,14 +87,14 @@ async function runDriver(ctl: DriverControl, first: OpenedTurn): Promise<void> {
 export async function openTurn(ctl: DriverControl, first: boolean): Promise<OpenedTurn | null> {
   const { loop } = ctl
   const duty = loop.continuation
-  let decision: ContinuationDecision | undefined
-  // the flags the decision reads: a continuation's (decideContinuation), a wake request's spending (SPEC §5.5)
-  const reads: RowFlag[] = [...(duty ? (['cancelPending', 'runState'] as const) : []), ...(first ? (['cancelPending', 'wakeLatched'] as const) : [])]
-  const r = await loop.log.commit<OpenedTurn | null, RowFlag>(
+  // what the decision reads: the inbox, and the flags of a continuation's (decideContinuation) and of
+  // a wake request's spending (SPEC §5.5)
+  const reads: UnitInput[] = ['inbox', ...(duty ? (['cancelPending', 'runState'] as const) : []), ...(first ? (['cancelPending', 'wakeLatched'] as const) : [])]
+  const r = await commitDecision<{ opened: OpenedTurn | null; decision?: ContinuationDecision }, RowFlag>(
+    loop.log,
     (u) => {
-      // a build may run twice (fast path, then locked path): keep no side effects
-      decision = undefined
       const spent: RowPatch = duty ? { continueTurn: null } : {}
+      let decision: ContinuationDecision | undefined
       if (duty) {
         decision = loop.state.lastTurn !== duty.turn || loop.state.openTurn !== null ? 'spent' : decideContinuation(duty, { limit: loop.services.continueAfterCrash, cancelPending: u.row.cancelPending, runState: u.row.runState })
         if (decision === 'continue') {
@@ -102,11 +102,11 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
           u.add({ type: 'turn/start', data: { turn, continues: duty.turn } })
           const { splices, claimed } = planClaim(loop.state.inbox, 'next-step')
           for (const s of splices) u.add({ type: 'agent/inbox/spliced', data: s as unknown as Json })
-          return { patch: { runState: 'running', cancelPending: false, wakeLatched: false, ...spent }, value: { turn, continues: duty.turn, claimed: [...duty.carried, ...claimed], newlyClaimed: claimed, continuedInputs: duty.inputs } }
+          return { patch: { runState: 'running', cancelPending: false, wakeLatched: false, ...spent }, value: { decision, opened: { turn, continues: duty.turn, claimed: [...duty.carried, ...claimed], newlyClaimed: claimed, continuedInputs: duty.inputs } } }
         }
       }
       const work = hasPending(loop.state.inbox)
-      const idle = { patch: { runState: 'idle', cancelPending: false, wakeLatched: false, ...spent } satisfies RowPatch, value: null }
+      const idle = { patch: { runState: 'idle', cancelPending: false, wakeLatched: false, ...spent } satisfies RowPatch, value: { decision, opened: null } }
       // SPEC §5.5: a cancel spent this wake request (no later work is armed) unless input latched
       if (first && u.row.cancelPending && !(u.row.wakeLatched && work)) return idle
       if (!work) return idle
@@ -114,18 +114,19 @@ export async function openTurn(ctl: DriverControl, first: boolean): Promise<Open
       u.add({ type: 'turn/start', data: { turn } })
       const { splices, claimed } = planClaim(loop.state.inbox, 'next-turn')
       for (const s of splices) u.add({ type: 'agent/inbox/spliced', data: s as unknown as Json })
-      return { patch: { runState: 'running', cancelPending: false, wakeLatched: false, ...spent }, value: { turn, claimed, newlyClaimed: claimed } }
+      return { patch: { runState: 'running', cancelPending: false, wakeLatched: false, ...spent }, value: { decision, opened: { turn, claimed, newlyClaimed: claimed } } }
     },
     // publication order (SPEC §5.2): agent/status running, then turn/start and the claim
-    { reads: [...new Set(reads)], beforePublish: (value) => value && ctl.run.announce() },
+    { reads: [...new Set(reads)], beforePublish: (value) => value.opened && ctl.run.announce() },
   ).catch(waitForSlot)
   if (!r) return null
   if (duty && loop.continuation === duty) {
     loop.continuation = null
-    continuationSettled(loop, duty, decision ?? 'spent')
+    continuationSettled(loop, duty, r.value.decision ?? 'spent')
   }
-  if (r.value) for (const message of r.value.newlyClaimed) loop.notify('agent/inbox/claimed', { message, turn: r.value.turn })
-  return r.value
+  const opened = r.value.opened
+  if (opened) for (const message of opened.newlyClaimed) loop.notify('agent/inbox/claimed', { message, turn: opened.turn })
+  return opened
 }
 
 /** After the unit that opened or declined a continuation committed: its metric, and CRASH_LOOP (SPEC §19.5). */

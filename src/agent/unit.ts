@@ -4,7 +4,7 @@
 // and at a turn's end. What is staged and not yet closed joins the next unit the turn commits.
 
 import type { RowPatch, StoredEvent } from '../store/index.js'
-import type { Build, CommitOpts, CommitResult, RowFlag, UnitBuilder } from './log.js'
+import { commitDecision, type Build, type CommitOpts, type CommitResult, type RowFlag, type UnitBuilder } from './log.js'
 
 /** The one way the driver appends: a fenced unit, published after commit (log.ts). */
 export interface UnitLog {
@@ -13,14 +13,18 @@ export interface UnitLog {
 
 /** Events of one writer, added to the open unit in order. */
 export interface Part<F extends RowFlag = never> {
-  /** the row flags the build decides on (the unit's declared inputs, log.ts) */
-  reads?: readonly F[]
-  /** adds the part's drafts (each stamped and folded at once); may run again on the locked path */
+  /** what the build decides on: row flags and the inbox (the unit's declared inputs, log.ts) */
+  reads?: readonly (F | 'inbox')[]
+  /**
+   * adds the part's drafts (each stamped and folded at once); it runs once, and again only when the
+   * unit's declared inputs changed before it committed (log.ts commitDecision), so it leaves nothing
+   * outside itself but its drafts and patch — what it learns goes through `committed`
+   */
   build: (u: UnitBuilder<F>) => RowPatch | void
   /** once the part's events are published, before the next part's are (a settlement's end frame, SPEC §9.2) */
   published?: (events: StoredEvent[]) => void
-  /** once the whole unit committed and was published */
-  committed?: () => void
+  /** once the whole unit committed and was published, with the part's own events as committed */
+  committed?: (events: StoredEvent[]) => void
   /** the unit carrying the part did not commit: nothing of it was written */
   failed?: (e: unknown) => void
 }
@@ -50,8 +54,10 @@ export class OpenUnit {
     if (!parts.length) return
     const counts: number[] = []
     const reads = [...new Set(parts.flatMap((p) => p.reads ?? []))]
+    let events: StoredEvent[]
     try {
-      await this.log.commit<void, RowFlag>(
+      const r = await commitDecision<void, RowFlag>(
+        this.log,
         (u) => {
           counts.length = 0
           let patch: RowPatch | undefined
@@ -66,11 +72,13 @@ export class OpenUnit {
         },
         { reads, segments: () => segments(parts, counts) },
       )
+      events = r.events
     } catch (e) {
       for (const p of parts) p.failed?.(e)
       throw e
     }
-    for (const p of parts) p.committed?.()
+    let at = 0
+    parts.forEach((p, i) => p.committed?.(events.slice(at, (at += counts[i]))))
   }
 }
 

@@ -6,7 +6,7 @@
 import crypto from 'node:crypto'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { KeyedMutex, LeaseLostError, Publisher, SessionLog } from '../../src/agent/index.js'
+import { commitDecision, KeyedMutex, LeaseLostError, Publisher, SessionLog, StaleUnitError, type UnitBuilder } from '../../src/agent/index.js'
 import { LocalHub } from '../../src/bus/index.js'
 import { createRoot } from '../../src/hooks/index.js'
 import { SessionState, type UserMessage } from '../../src/session/index.js'
@@ -52,9 +52,12 @@ describe.each(DB_KINDS)('SessionLog fencing on %s', (kind) => {
     const { key, id } = await newSession({ owner: 'a', token: 1 })
     const sl = new SessionLog({ db, publisher, mutex, log }, key, id, new SessionState(), { owner: 'a', token: 1 })
     // while the lease is ours, appends go through
-    const ok = await sl.commit((u) => {
-      u.add(splice(msg('m1', 'one'), 0))
-    })
+    const ok = await sl.commit(
+      (u) => {
+        u.add(splice(msg('m1', 'one'), 0))
+      },
+      { reads: ['inbox'] },
+    )
     expect(ok.events.map((e) => e.seq)).toEqual([0])
     expect(JSON.parse((await rowOf(key)).inbox).nextTurn.map((m: UserMessage) => m.id)).toEqual(['m1'])
 
@@ -62,7 +65,7 @@ describe.each(DB_KINDS)('SessionLog fencing on %s', (kind) => {
     await db.query('UPDATE sessions SET lease_owner = $2, lease_token = 2 WHERE key = $1', [key, 'b'])
     const before = await rowOf(key)
     const stateBefore = { nextSeq: sl.state.nextSeq, inbox: structuredClone(sl.state.inbox) }
-    const err = await sl.commit((u) => void u.add(splice(msg('m2', 'two'), 1))).catch((e) => e)
+    const err = await sl.commit((u) => void u.add(splice(msg('m2', 'two'), 1)), { reads: ['inbox'] }).catch((e) => e)
     expect(err).toBeInstanceOf(LeaseLostError)
     expect(err.reason).toBe('lost')
     expect((await readEvents(db, key)).map((e) => e.seq)).toEqual([0])
@@ -72,29 +75,40 @@ describe.each(DB_KINDS)('SessionLog fencing on %s', (kind) => {
     await expect(sl.sync()).rejects.toBeInstanceOf(LeaseLostError)
     // the new holder continues the log where it is: no hole, no trace of the refused unit
     const sl2 = new SessionLog({ db, publisher, mutex, log }, key, id, SessionState.fromEvents(await readEvents(db, key)), { owner: 'b', token: 2 })
-    const next = await sl2.commit((u) => void u.add(splice(msg('m3', 'three'), 1)))
+    const next = await sl2.commit((u) => void u.add(splice(msg('m3', 'three'), 1)), { reads: ['inbox'] })
     expect(next.events.map((e) => e.seq)).toEqual([1])
     expect(JSON.parse((await rowOf(key)).inbox).nextTurn.map((m: UserMessage) => m.id)).toEqual(['m1', 'm3'])
   })
 
-  it("a unit's row flags are its declared inputs: an undeclared one throws and writes nothing; a declared one that moved is read under the lock", async () => {
+  it("a unit's row flags are its declared inputs: an undeclared one throws and writes nothing; a declared one that moved sends the unit back, and it is decided again under the lock", async () => {
     const { key, id } = await newSession({ owner: 'a', token: 1 })
     const sl = new SessionLog({ db, publisher, mutex, log }, key, id, new SessionState(), { owner: 'a', token: 1 })
-    await sl.commit((u) => void u.add(splice(msg('m1', 'one'), 0)))
-    const err = await sl.commit((u) => void u.add(splice(msg('m2', (u.row as any).cancelPending ? 'x' : 'y'), 1))).catch((e) => e)
+    await sl.commit((u) => void u.add(splice(msg('m1', 'one'), 0)), { reads: ['inbox'] })
+    const err = await sl.commit((u) => void u.add(splice(msg('m2', (u.row as any).cancelPending ? 'x' : 'y'), 1)), { reads: ['inbox'] }).catch((e) => e)
     expect(String(err)).toMatch(/cancelPending without declaring it/)
     expect(sl.state.nextSeq).toBe(1)
     expect((await readEvents(db, key)).length).toBe(1)
-    // another process set cancel_pending: the fast append, conditional on the flag as last seen, fails,
-    // and the unit is built under the lock against the row as it is
+    // another process set cancel_pending: the fast append, conditional on the flag as last seen, fails;
+    // the flag it declared changed, so nothing is written and the unit goes back to its caller
     await db.query('UPDATE sessions SET cancel_pending = true WHERE key = $1', [key])
     const seen: boolean[] = []
-    const r = await sl.commit<void, 'cancelPending'>((u) => {
+    const build = (u: UnitBuilder<'cancelPending'>) => {
       seen.push(u.row.cancelPending)
       u.add(splice(msg('m2', 'two'), 1))
-    }, { reads: ['cancelPending'] })
-    expect(seen).toEqual([false, true])
-    expect(r.row.cancelPending).toBe(true)
+    }
+    const stale = await sl.commit<void, 'cancelPending'>(build, { reads: ['cancelPending', 'inbox'] }).catch((e) => e)
+    expect(stale).toBeInstanceOf(StaleUnitError)
+    expect(stale.changed).toEqual(['cancelPending'])
+    expect(seen).toEqual([false])
+    expect(sl.state.nextSeq).toBe(1)
+    expect((await readEvents(db, key)).length).toBe(1)
+    // the log read the row under the lock: the flag as it is now. It moves once more, and this time
+    // the caller decides again (commitDecision): once more, under the lock, against the row as it is
+    seen.length = 0
+    await db.query('UPDATE sessions SET cancel_pending = false WHERE key = $1', [key])
+    const r = await commitDecision<void, 'cancelPending'>(sl, build, { reads: ['cancelPending', 'inbox'] })
+    expect(seen).toEqual([true, false])
+    expect(r.row.cancelPending).toBe(false)
     expect(r.events.map((e) => e.seq)).toEqual([1])
   })
 
@@ -103,7 +117,7 @@ describe.each(DB_KINDS)('SessionLog fencing on %s', (kind) => {
     const sl = new SessionLog({ db, publisher, mutex, log }, key, id, new SessionState(), { owner: 'a', token: 1 })
     await db.query('UPDATE sessions SET lease_token = lease_token + 1 WHERE key = $1', [key])
     const before = await rowOf(key)
-    await expect(sl.commit((u) => void u.add(splice(msg('m1', 'one'), 0)))).rejects.toMatchObject({ name: 'LeaseLostError', reason: 'lost' })
+    await expect(sl.commit((u) => void u.add(splice(msg('m1', 'one'), 0)), { reads: ['inbox'] })).rejects.toMatchObject({ name: 'LeaseLostError', reason: 'lost' })
     expect(await readEvents(db, key)).toEqual([])
     expect(await rowOf(key)).toEqual(before)
   })
@@ -112,7 +126,7 @@ describe.each(DB_KINDS)('SessionLog fencing on %s', (kind) => {
     const { key, id } = await newSession({ owner: 'a', token: 1 })
     const sl = new SessionLog({ db, publisher, mutex, log }, key, id, new SessionState(), { owner: 'a', token: 1 })
     await db.query('DELETE FROM sessions WHERE key = $1', [key])
-    const err = await sl.commit((u) => void u.add(splice(msg('m1', 'one'), 0))).catch((e) => e)
+    const err = await sl.commit((u) => void u.add(splice(msg('m1', 'one'), 0)), { reads: ['inbox'] }).catch((e) => e)
     expect(err).toBeInstanceOf(LeaseLostError)
     expect(err.reason).toBe('deleted')
     expect((await db.query('SELECT count(*)::int AS n FROM session_events WHERE session_key = $1', [key])).rows[0].n).toBe(0)
