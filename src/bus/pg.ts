@@ -17,12 +17,13 @@
 
 import crypto from 'node:crypto'
 import pg from 'pg'
-import type { Db } from '../store/index.js'
+import { statement, type Db } from '../store/index.js'
 import { LocalHub, type Bus, type Command, type CommandOutcome, type Commands, type Doorbells, type Invalidations, type LiveFrame, type LiveFrames } from './local.js'
 
 const CHANNEL = 'agentd_bus'
 const CH_WAKE = 'agentd_wake'
 const MAX_PAYLOAD = 7800 // NOTIFY payloads must stay under 8000 bytes
+const NOTIFY = statement('bus_notify', 'SELECT pg_notify($1, $2)')
 
 /** One NOTIFY: doorbells [session, seq], pokes, live frames [session, frame] and invalidated topics; or presence. */
 interface Batch {
@@ -332,11 +333,14 @@ export class PgBus implements Bus {
 
   private sending: Promise<unknown> = Promise.resolve()
 
-  /** Sent one after another on the listener's own connection, so NOTIFYs leave in the order made. */
+  /**
+   * Sent one after another on the listener's own connection, so NOTIFYs leave in the order made. The
+   * listener's own pg.Client sends the text as it is (unnamed); without it, the pool prepares it by name.
+   */
   private notify(channel: string, payload: string): void {
     if (this.closed) return
     this.sending = this.sending
-      .then((): Promise<unknown> => (this.client ? this.client.query('SELECT pg_notify($1, $2)', [channel, payload]) : this.o.db.query('SELECT pg_notify($1, $2)', [channel, payload])))
+      .then((): Promise<unknown> => (this.client ? this.client.query(NOTIFY, [channel, payload]) : this.o.db.query(NOTIFY, [channel, payload])))
       .catch((e) => {
         this.o.log?.warn({ err: (e as Error).message, channel }, 'NOTIFY failed')
       })

@@ -17,8 +17,10 @@ export async function findIdempotency(db: Queryable, key: string, messageId: str
   return r ? { messageId: r.message_id, route: r.route, bodyHash: r.body_hash, seq: r.seq } : undefined
 }
 
+const PRUNE = statement('idempotency_prune', 'DELETE FROM idempotency WHERE created_at < $1')
+
 /** Drops records older than maxAgeMs (they are kept at least 24 hours). */
 export async function pruneIdempotency(db: Queryable, maxAgeMs: number): Promise<number> {
-  const r = await db.query('DELETE FROM idempotency WHERE created_at < $1', [Date.now() - maxAgeMs])
+  const r = await db.query(PRUNE, [Date.now() - maxAgeMs])
   return r.rowCount
 }

@@ -4,7 +4,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import type { Db } from './db.js'
+import { statement, type Db } from './db.js'
 
 export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../migrations')
 const LOCK_KEY = 0x61676e74 // "agnt"
@@ -61,8 +61,11 @@ export async function migrate(db: Db, migrations = loadMigrations()): Promise<nu
   })
 }
 
+// every readiness probe asks it; [] for parameters, or it would not be prepared (db.ts StatementNames)
+const SCHEMA_VERSION = statement('schema_version', 'SELECT max(version) AS v FROM schema_migrations')
+
 /** Whether the database answers and its schema is the code's (GET /readyz). */
 export async function schemaCurrent(db: Db, codeVersion = latestVersion()): Promise<boolean> {
-  const { rows } = await db.query<{ v: number | null }>('SELECT max(version) AS v FROM schema_migrations')
+  const { rows } = await db.query<{ v: number | null }>(SCHEMA_VERSION, [])
   return (rows[0]?.v ?? 0) === codeVersion
 }

@@ -19,13 +19,18 @@ export interface NewSession extends SessionSpec {
   owner?: string | null
 }
 
-/** Inserts a session; returns null when the (tenant, id) pair exists already. */
-export async function insertSession(db: Queryable, s: NewSession): Promise<SessionRow | null> {
-  const { rows } = await db.query<Raw>(
-    `INSERT INTO sessions (key, tenant_id, id, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at, updated_at, mcp_servers, agent_id, agent_version, owner)
+const INSERT_SESSION = statement(
+  'session_insert',
+  `INSERT INTO sessions (key, tenant_id, id, model, system, tools, max_tokens, reasoning_effort, metadata, create_hash, created_at, updated_at, mcp_servers, agent_id, agent_version, owner)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14, $15)
      ON CONFLICT (tenant_id, id) DO NOTHING
      RETURNING ${COLUMNS}`,
+)
+
+/** Inserts a session; returns null when the (tenant, id) pair exists already. */
+export async function insertSession(db: Queryable, s: NewSession): Promise<SessionRow | null> {
+  const { rows } = await db.query<Raw>(
+    INSERT_SESSION,
     [s.key, s.tenantId, s.id, s.model, s.system, JSON.stringify(s.tools), s.maxTokens ?? null, s.reasoningEffort ?? null, JSON.stringify(s.metadata), s.createHash, s.createdAt, JSON.stringify(s.mcpServers ?? []), s.agent?.id ?? null, s.agent?.version ?? null, s.owner ?? null],
   )
   return rows[0] ? toRow(rows[0]) : null
@@ -136,27 +141,46 @@ export interface SessionFilter {
   agents?: readonly string[]
 }
 
+/**
+ * The list's statements, one named per combination of its conditions (a cursor, an owner, ids, agents:
+ * bit 0 to 3 of the index), so each variant is prepared under its own name. The parameters are the
+ * tenant and the limit, then those of the conditions present, in this order.
+ */
+const LIST_SESSIONS: readonly string[] = Array.from({ length: 16 }, (_, m) => {
+  let n = 2
+  let where = 'tenant_id = $1'
+  if (m & 1) {
+    where += ' AND (updated_at, key) < ($3, $4::uuid)'
+    n += 2
+  }
+  if (m & 2) where += ` AND owner = $${++n}`
+  if (m & 4) where += ` AND id = ANY($${++n}::text[])`
+  if (m & 8) where += ` AND agent_id = ANY($${++n}::text[])`
+  const text = `SELECT ${COLUMNS} FROM sessions WHERE ${where} ORDER BY updated_at DESC, key DESC LIMIT $2`
+  return statement(`session_list${m & 1 ? '_after' : ''}${m & 2 ? '_owner' : ''}${m & 4 ? '_ids' : ''}${m & 8 ? '_agents' : ''}`, text)
+})
+
 /** Newest activity first (updated_at, then key), keyset-paged. */
 export async function listSessions(db: Queryable, tenantId: string, limit: number, cursor?: { updatedAt: number; key: string }, filter: SessionFilter = {}): Promise<ListPage> {
   const params: unknown[] = [tenantId, limit + 1]
-  let where = 'tenant_id = $1'
+  let variant = 0
   if (cursor) {
     params.push(cursor.updatedAt, cursor.key)
-    where += ' AND (updated_at, key) < ($3, $4::uuid)'
+    variant |= 1
   }
   if (filter.owner !== undefined) {
     params.push(filter.owner)
-    where += ` AND owner = $${params.length}`
+    variant |= 2
   }
   if (filter.ids !== undefined) {
     params.push([...filter.ids])
-    where += ` AND id = ANY($${params.length}::text[])`
+    variant |= 4
   }
   if (filter.agents !== undefined) {
     params.push([...filter.agents])
-    where += ` AND agent_id = ANY($${params.length}::text[])`
+    variant |= 8
   }
-  const { rows } = await db.query<Raw>(`SELECT ${COLUMNS} FROM sessions WHERE ${where} ORDER BY updated_at DESC, key DESC LIMIT $2`, params)
+  const { rows } = await db.query<Raw>(LIST_SESSIONS[variant], params)
   const list = rows.map(toRow)
   const more = list.length > limit
   if (more) list.pop()
@@ -206,23 +230,43 @@ const PATCH_COLUMNS: Array<[keyof SessionPatch, string, boolean]> = [
   ['reasoningEffort', 'reasoning_effort', false],
 ]
 
+/**
+ * The patch's statement for a set of columns (a mask of PATCH_COLUMNS bits, 1 to 255), named by it and
+ * made on its first use: one stable name per set of columns, at most 255 of them.
+ */
+const PATCH_SESSION = new Map<number, string>()
+function patchStatement(mask: number): string {
+  let text = PATCH_SESSION.get(mask)
+  if (text === undefined) {
+    const sets: string[] = []
+    PATCH_COLUMNS.forEach(([, column], i) => {
+      if (mask & (1 << i)) sets.push(`${column} = $${sets.length + 2}`)
+    })
+    text = statement(`session_patch_${mask}`, `UPDATE sessions SET ${sets.join(', ')} WHERE key = $1`)
+    PATCH_SESSION.set(mask, text)
+  }
+  return text
+}
+
 /** Writes the patch; false when the session is gone. */
 export async function patchSession(db: Queryable, key: string, patch: SessionPatch): Promise<boolean> {
-  const sets: string[] = []
+  let mask = 0
   const params: unknown[] = [key]
-  for (const [field, column, json] of PATCH_COLUMNS) {
+  PATCH_COLUMNS.forEach(([field, , json], i) => {
     const v = patch[field]
-    if (v === undefined) continue
+    if (v === undefined) return
     params.push(json ? JSON.stringify(v) : v)
-    sets.push(`${column} = $${params.length}`)
-  }
-  if (!sets.length) return true
-  const r = await db.query(`UPDATE sessions SET ${sets.join(', ')} WHERE key = $1`, params)
+    mask |= 1 << i
+  })
+  if (!mask) return true
+  const r = await db.query(patchStatement(mask), params)
   return r.rowCount > 0
 }
 
+const DELETE_SESSION = statement('session_delete', 'DELETE FROM sessions WHERE key = $1')
+
 export async function deleteSession(db: Queryable, key: string): Promise<boolean> {
-  const r = await db.query('DELETE FROM sessions WHERE key = $1', [key])
+  const r = await db.query(DELETE_SESSION, [key])
   return r.rowCount > 0
 }
 

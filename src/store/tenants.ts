@@ -96,15 +96,18 @@ function newKey(): { prefix: string; key: string } {
   return { prefix, key: `agd_${prefix}_${secret}` }
 }
 
+const INSERT_TENANT = statement('tenant_insert', 'INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)')
+const TENANT_EXISTS = statement('tenant_exists', 'SELECT 1 FROM tenants WHERE id = $1')
+
 export async function createTenant(db: Queryable, name: string): Promise<{ tenant: Tenant; apiKey: string; keyId: string }> {
   const id = crypto.randomUUID()
-  await db.query('INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)', [id, name, Date.now()])
+  await db.query(INSERT_TENANT, [id, name, Date.now()])
   const k = await createKey(db, id)
   return { tenant: { id, name }, apiKey: k.apiKey, keyId: k.keyId }
 }
 
 export async function tenantExists(db: Queryable, tenantId: string): Promise<boolean> {
-  const { rows } = await db.query('SELECT 1 FROM tenants WHERE id = $1', [tenantId])
+  const { rows } = await db.query(TENANT_EXISTS, [tenantId])
   return rows.length > 0
 }
 
@@ -117,16 +120,36 @@ const GET_TENANT = statement('tenant_get', `SELECT ${TENANT} FROM tenants WHERE 
 const TENANT_ACCESS = statement('tenant_access', `SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE id = $1`)
 const TENANTS_BY_ISSUER = statement('tenants_by_issuer', `SELECT id, requests_per_min, ${ACCESS} FROM tenants WHERE auth_issuer = $1`)
 
+const LIMIT_KEYS = Object.keys(LIMIT_COLUMNS) as Array<keyof TenantLimits>
+
+/**
+ * updateLimits' statements, one named per set of limits written (a mask of LIMIT_KEYS bits); the
+ * parameters are the tenant, then the limits in LIMIT_KEYS order. No limit: the tenant as it is.
+ */
+const SET_LIMITS: readonly string[] = Array.from({ length: 1 << LIMIT_KEYS.length }, (_, m) => {
+  if (!m) return GET_TENANT
+  const sets = LIMIT_KEYS.filter((_, i) => m & (1 << i)).map((k, i) => `${LIMIT_COLUMNS[k]} = $${i + 2}`)
+  return statement(`tenant_set_limits_${m}`, `UPDATE tenants SET ${sets.join(', ')} WHERE id = $1 RETURNING ${TENANT}`)
+})
+
 /** Sets the given limits (null removes one) in one statement; undefined for an unknown tenant. */
 export async function updateLimits(db: Queryable, tenantId: string, patch: { [K in keyof TenantLimits]?: number | null }): Promise<TenantRecord | undefined> {
   const params: unknown[] = [tenantId]
-  const sets = (Object.keys(patch) as Array<keyof TenantLimits>).filter((k) => patch[k] !== undefined).map((k) => {
+  let mask = 0
+  LIMIT_KEYS.forEach((k, i) => {
+    if (patch[k] === undefined) return
     params.push(patch[k])
-    return `${LIMIT_COLUMNS[k]} = $${params.length}`
+    mask |= 1 << i
   })
-  const { rows } = await db.query<Record<string, unknown>>(sets.length ? `UPDATE tenants SET ${sets.join(', ')} WHERE id = $1 RETURNING ${TENANT}` : `SELECT ${TENANT} FROM tenants WHERE id = $1`, params)
+  const { rows } = await db.query<Record<string, unknown>>(SET_LIMITS[mask], params)
   return rows[0] ? toTenant(rows[0]) : undefined
 }
+
+const AUTH_SET = 'auth_issuer = $2, auth_audience = $3, auth_jwks_url = $4, auth_subject_claim = $5'
+/** updateAccess' statements: the identity provider, the origins, or both (the origins' parameter after the provider's). */
+const SET_AUTH = statement('tenant_set_auth', `UPDATE tenants SET ${AUTH_SET} WHERE id = $1 RETURNING ${TENANT}`)
+const SET_CORS = statement('tenant_set_cors', `UPDATE tenants SET cors_origins = $2 WHERE id = $1 RETURNING ${TENANT}`)
+const SET_AUTH_CORS = statement('tenant_set_auth_cors', `UPDATE tenants SET ${AUTH_SET}, cors_origins = $6 WHERE id = $1 RETURNING ${TENANT}`)
 
 /**
  * Sets a tenant's identity provider and origins (null removes one, undefined leaves it) in one
@@ -135,19 +158,10 @@ export async function updateLimits(db: Queryable, tenantId: string, patch: { [K 
  */
 export async function updateAccess(db: Queryable, tenantId: string, patch: { auth?: TenantAuth | null; cors?: TenantCors | null }): Promise<TenantRecord | undefined> {
   const params: unknown[] = [tenantId]
-  const sets: string[] = []
-  const set = (col: string, v: unknown) => {
-    params.push(v)
-    sets.push(`${col} = $${params.length}`)
-  }
-  if (patch.auth !== undefined) {
-    set('auth_issuer', patch.auth?.issuer ?? null)
-    set('auth_audience', patch.auth?.audience ?? null)
-    set('auth_jwks_url', patch.auth?.jwksUrl ?? null)
-    set('auth_subject_claim', patch.auth?.subjectClaim ?? null)
-  }
-  if (patch.cors !== undefined) set('cors_origins', patch.cors ? JSON.stringify(patch.cors.origins) : null)
-  const { rows } = await db.query<Record<string, unknown>>(sets.length ? `UPDATE tenants SET ${sets.join(', ')} WHERE id = $1 RETURNING ${TENANT}` : `SELECT ${TENANT} FROM tenants WHERE id = $1`, params)
+  if (patch.auth !== undefined) params.push(patch.auth?.issuer ?? null, patch.auth?.audience ?? null, patch.auth?.jwksUrl ?? null, patch.auth?.subjectClaim ?? null)
+  if (patch.cors !== undefined) params.push(patch.cors ? JSON.stringify(patch.cors.origins) : null)
+  const sql = patch.auth !== undefined ? (patch.cors !== undefined ? SET_AUTH_CORS : SET_AUTH) : patch.cors !== undefined ? SET_CORS : GET_TENANT
+  const { rows } = await db.query<Record<string, unknown>>(sql, params)
   return rows[0] ? toTenant(rows[0]) : undefined
 }
 
@@ -188,16 +202,19 @@ export async function firstTenantNamed(db: Queryable, name: string): Promise<str
   return rows[0]?.id
 }
 
+const INSERT_KEY = statement('api_key_insert', 'INSERT INTO api_keys (id, tenant_id, prefix, hash, created_at) VALUES ($1, $2, $3, $4, $5)')
+const REVOKE_KEY = statement('api_key_revoke', 'UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL')
+
 export async function createKey(db: Queryable, tenantId: string): Promise<{ keyId: string; apiKey: string }> {
   const keyId = crypto.randomUUID()
   const { prefix, key } = newKey()
-  await db.query('INSERT INTO api_keys (id, tenant_id, prefix, hash, created_at) VALUES ($1, $2, $3, $4, $5)', [keyId, tenantId, prefix, sha256(key), Date.now()])
+  await db.query(INSERT_KEY, [keyId, tenantId, prefix, sha256(key), Date.now()])
   return { keyId, apiKey: key }
 }
 
 /** Revokes a key; false when no such live key exists. */
 export async function revokeKey(db: Queryable, keyId: string): Promise<boolean> {
-  const r = await db.query('UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL', [keyId, Date.now()])
+  const r = await db.query(REVOKE_KEY, [keyId, Date.now()])
   return r.rowCount > 0
 }
 

@@ -102,19 +102,27 @@ const GROUP_SQL: Record<UsageGroup, { select: string; by: string }> = {
   session: { select: 'min(session_id) AS session_id', by: 'session_key' },
 }
 
+const usageText = (groupBy?: UsageGroup) => {
+  const g = groupBy ? GROUP_SQL[groupBy] : undefined
+  return `SELECT ${g ? `${g.select}, ` : ''}coalesce(sum(input_tokens), 0) AS i, coalesce(sum(output_tokens), 0) AS o, coalesce(sum(cache_read_tokens), 0) AS cr,
+       coalesce(sum(cache_write_tokens), 0) AS cw, coalesce(sum(cost_usd), 0) AS c, coalesce(sum(attempts), 0) AS a
+     FROM usage_ledger WHERE tenant_id = $1 AND day BETWEEN $2::date AND $3::date
+     ${g ? `GROUP BY ${g.by} ORDER BY ${groupBy === 'session' ? 'min(session_id), session_key' : g.by}` : ''}`
+}
+/** usageReport's statements: one row without a group, and one per group. */
+const USAGE_TOTAL = statement('usage_report', usageText())
+const USAGE_REPORT: Record<UsageGroup, string> = {
+  day: statement('usage_report_day', usageText('day')),
+  model: statement('usage_report_model', usageText('model')),
+  session: statement('usage_report_session', usageText('session')),
+}
+
 /**
  * The tenant's ledger over UTC days [from, to] (`YYYY-MM-DD`, both included), summed by day, model
  * or session, or in one row without a group; ordered by the group.
  */
 export async function usageReport(db: Queryable, tenantId: string, from: string, to: string, groupBy?: UsageGroup): Promise<UsageRow[]> {
-  const g = groupBy ? GROUP_SQL[groupBy] : undefined
-  const { rows } = await db.query<Record<string, unknown>>(
-    `SELECT ${g ? `${g.select}, ` : ''}coalesce(sum(input_tokens), 0) AS i, coalesce(sum(output_tokens), 0) AS o, coalesce(sum(cache_read_tokens), 0) AS cr,
-       coalesce(sum(cache_write_tokens), 0) AS cw, coalesce(sum(cost_usd), 0) AS c, coalesce(sum(attempts), 0) AS a
-     FROM usage_ledger WHERE tenant_id = $1 AND day BETWEEN $2::date AND $3::date
-     ${g ? `GROUP BY ${g.by} ORDER BY ${groupBy === 'session' ? 'min(session_id), session_key' : g.by}` : ''}`,
-    [tenantId, from, to],
-  )
+  const { rows } = await db.query<Record<string, unknown>>(groupBy ? USAGE_REPORT[groupBy] : USAGE_TOTAL, [tenantId, from, to])
   return rows.map((r) => {
     // the group's field first, as API.md §15 lists it
     const key: Partial<UsageRow> = groupBy === 'day' ? { day: r.day as string } : groupBy === 'model' ? { model: r.model as string } : groupBy === 'session' ? { sessionId: r.session_id as string } : {}

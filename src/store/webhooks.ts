@@ -66,6 +66,9 @@ export interface ClaimedDelivery extends DeliveryRow {
   task?: { id: string }
 }
 
+// The columns named, not `*`: a prepared statement whose `*` a migration widened fails once ("cached plan
+// must not change result type"); a list of columns keeps its shape whatever is added after it.
+const HOOK_COLUMNS = 'id, tenant_id, url, events, description, secret, created_at, task_id, task_session_key, task_from_seq, task_min_turn'
 type RawHook = { id: string; tenant_id: string; url: string; events: WebhookEventType[]; description: string | null; secret: string; created_at: number; task_id: string | null; task_session_key: string | null; task_from_seq: number | null; task_min_turn: number | null }
 const toHook = (r: RawHook): WebhookRow => ({
   id: r.id,
@@ -86,6 +89,7 @@ const toHook = (r: RawHook): WebhookRow => ({
 export const taskFilterSql = (key: string, seq: string, turn: string) =>
   `(w.task_session_key IS NULL OR (w.task_session_key = ${key} AND ${seq} >= w.task_from_seq AND ${turn} >= w.task_min_turn AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id)))`
 
+const DELIVERY_COLUMNS = 'id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, status, attempts, first_attempt_at, next_attempt_at, last_status, last_error, delivered_at'
 type RawDelivery = {
   id: string
   webhook_id: string
@@ -127,67 +131,76 @@ const toDelivery = (r: RawDelivery): DeliveryRow => ({
 /** A delivery id, made by the database (here and in unit-kinds.ts): also the `webhook-id` header, the same on every retry. */
 export const DELIVERY_ID_SQL = `'msg_' || replace(gen_random_uuid()::text, '-', '')`
 
+const INSERT_WEBHOOK = statement('webhook_insert', `INSERT INTO webhooks (${HOOK_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`)
+const LIST_TASK_WEBHOOKS = statement('webhook_list_task', `SELECT ${HOOK_COLUMNS} FROM webhooks WHERE tenant_id = $1 AND task_id = $2 ORDER BY created_at, id`)
+const LIST_WEBHOOKS = statement('webhook_list', `SELECT ${HOOK_COLUMNS} FROM webhooks WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC`)
+const GET_WEBHOOK = statement('webhook_get', `SELECT ${HOOK_COLUMNS} FROM webhooks WHERE tenant_id = $1 AND id = $2`)
+const DELETE_TASK_WEBHOOK = statement('webhook_delete_task', 'DELETE FROM webhooks WHERE tenant_id = $1 AND task_id = $2 AND id::text = $3')
+const DELETE_WEBHOOK = statement('webhook_delete', 'DELETE FROM webhooks WHERE tenant_id = $1 AND id = $2')
+const INSERT_PING = statement(
+  'webhook_ping',
+  `INSERT INTO webhook_deliveries (id, webhook_id, type, event_time, created_at, next_attempt_at)
+     SELECT ${DELIVERY_ID_SQL}, w.id, 'ping', $3, $3, $3 FROM webhooks w WHERE w.tenant_id = $1 AND w.id = $2 RETURNING id`,
+)
+const LIST_DELIVERIES = statement('webhook_delivery_list', `SELECT ${DELIVERY_COLUMNS} FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2`)
+
 export async function insertWebhook(db: Queryable, w: WebhookRow): Promise<void> {
   const t = w.task
-  await db.query(
-    'INSERT INTO webhooks (id, tenant_id, url, events, description, secret, created_at, task_id, task_session_key, task_from_seq, task_min_turn) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)',
-    [w.id, w.tenantId, w.url, w.events, w.description, w.secret, w.createdAt, t?.id ?? null, t?.sessionKey ?? null, t?.fromSeq ?? null, t?.minTurn ?? null],
-  )
+  await db.query(INSERT_WEBHOOK, [w.id, w.tenantId, w.url, w.events, w.description, w.secret, w.createdAt, t?.id ?? null, t?.sessionKey ?? null, t?.fromSeq ?? null, t?.minTurn ?? null])
 }
 
 /** The webhooks of an A2A task (its push-notification configs), oldest first. */
 export async function listTaskWebhooks(db: Queryable, tenantId: string, taskId: string): Promise<WebhookRow[]> {
-  const { rows } = await db.query<RawHook>('SELECT * FROM webhooks WHERE tenant_id = $1 AND task_id = $2 ORDER BY created_at, id', [tenantId, taskId])
+  const { rows } = await db.query<RawHook>(LIST_TASK_WEBHOOKS, [tenantId, taskId])
   return rows.map(toHook)
 }
 
 export async function listWebhooks(db: Queryable, tenantId: string): Promise<WebhookRow[]> {
-  const { rows } = await db.query<RawHook>('SELECT * FROM webhooks WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC', [tenantId])
+  const { rows } = await db.query<RawHook>(LIST_WEBHOOKS, [tenantId])
   return rows.map(toHook)
 }
 
 export async function getWebhook(db: Queryable, tenantId: string, id: string): Promise<WebhookRow | undefined> {
-  const { rows } = await db.query<RawHook>('SELECT * FROM webhooks WHERE tenant_id = $1 AND id = $2', [tenantId, id])
+  const { rows } = await db.query<RawHook>(GET_WEBHOOK, [tenantId, id])
   return rows[0] ? toHook(rows[0]) : undefined
 }
 
 /** Deletes a task's webhook (an A2A push-notification config); false when the task has no such one. */
 export async function deleteTaskWebhook(db: Queryable, tenantId: string, taskId: string, id: string): Promise<boolean> {
-  const r = await db.query('DELETE FROM webhooks WHERE tenant_id = $1 AND task_id = $2 AND id::text = $3', [tenantId, taskId, id])
+  const r = await db.query(DELETE_TASK_WEBHOOK, [tenantId, taskId, id])
   return r.rowCount > 0
 }
 
 /** Deletes the webhook and, by cascade, its deliveries; false when the tenant has no such webhook. */
 export async function deleteWebhook(db: Queryable, tenantId: string, id: string): Promise<boolean> {
-  const r = await db.query('DELETE FROM webhooks WHERE tenant_id = $1 AND id = $2', [tenantId, id])
+  const r = await db.query(DELETE_WEBHOOK, [tenantId, id])
   return r.rowCount > 0
 }
 
 /** A `ping` delivery (POST …/test), due now; undefined when the tenant has no such webhook. */
 export async function insertPing(db: Queryable, tenantId: string, webhookId: string): Promise<string | undefined> {
   const now = Date.now()
-  const { rows } = await db.query<{ id: string }>(
-    `INSERT INTO webhook_deliveries (id, webhook_id, type, event_time, created_at, next_attempt_at)
-     SELECT ${DELIVERY_ID_SQL}, w.id, 'ping', $3, $3, $3 FROM webhooks w WHERE w.tenant_id = $1 AND w.id = $2 RETURNING id`,
-    [tenantId, webhookId, now],
-  )
+  const { rows } = await db.query<{ id: string }>(INSERT_PING, [tenantId, webhookId, now])
   return rows[0]?.id
 }
 
 /** The webhook's deliveries, newest first. */
 export async function listDeliveries(db: Queryable, webhookId: string, limit: number): Promise<DeliveryRow[]> {
-  const { rows } = await db.query<RawDelivery>('SELECT * FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2', [webhookId, limit])
+  const { rows } = await db.query<RawDelivery>(LIST_DELIVERIES, [webhookId, limit])
   return rows.map(toDelivery)
 }
 
-// not prepared: it returns `d.*`, whose shape a migration may change under a prepared statement
-const CLAIM = `WITH due AS (
+// the delivery's columns named (DELIVERY_COLUMNS), so a migration cannot change the prepared statement's shape
+const CLAIM = statement(
+  'webhook_claim',
+  `WITH due AS (
        SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1
        ORDER BY next_attempt_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
      )
      UPDATE webhook_deliveries d SET attempts = d.attempts + 1, next_attempt_at = $1 + $3, first_attempt_at = coalesce(d.first_attempt_at, $1)
      FROM due, webhooks w WHERE d.id = due.id AND w.id = d.webhook_id
-     RETURNING d.*, w.url, w.secret, w.task_id`
+     RETURNING ${DELIVERY_COLUMNS.split(', ').map((c) => `d.${c}`).join(', ')}, w.url, w.secret, w.task_id`,
+)
 
 /**
  * Claims up to `limit` due deliveries for one attempt each: the attempt number is taken and the due
@@ -241,11 +254,10 @@ export interface AttemptRow {
   error: string | null
 }
 
+const LIST_ATTEMPTS = statement('webhook_attempt_list', 'SELECT attempt, started_at, duration_ms, status, error FROM webhook_attempts WHERE delivery_id = $1 ORDER BY attempt')
+
 export async function listAttempts(db: Queryable, deliveryId: string): Promise<AttemptRow[]> {
-  const { rows } = await db.query<{ attempt: number; started_at: number; duration_ms: number; status: number | null; error: string | null }>(
-    'SELECT attempt, started_at, duration_ms, status, error FROM webhook_attempts WHERE delivery_id = $1 ORDER BY attempt',
-    [deliveryId],
-  )
+  const { rows } = await db.query<{ attempt: number; started_at: number; duration_ms: number; status: number | null; error: string | null }>(LIST_ATTEMPTS, [deliveryId])
   return rows.map((r) => ({ attempt: r.attempt, startedAt: Number(r.started_at), durationMs: r.duration_ms, status: r.status, error: r.error }))
 }
 
@@ -258,8 +270,10 @@ export async function outboxState(db: Queryable, now: number): Promise<{ pending
   return { pending: r?.n ?? 0, oldestMs: r?.oldest === null || r?.oldest === undefined ? 0 : Math.max(0, now - Number(r.oldest)) }
 }
 
+const PRUNE_DELIVERIES = statement('webhook_prune', "DELETE FROM webhook_deliveries WHERE status = 'delivered' AND delivered_at < $1")
+
 /** Deletes delivered rows older than `maxAgeMs` (their attempts go with them). */
 export async function pruneDeliveries(db: Queryable, now: number, maxAgeMs: number): Promise<number> {
-  const r = await db.query("DELETE FROM webhook_deliveries WHERE status = 'delivered' AND delivered_at < $1", [now - maxAgeMs])
+  const r = await db.query(PRUNE_DELIVERIES, [now - maxAgeMs])
   return r.rowCount
 }
