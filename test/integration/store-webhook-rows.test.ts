@@ -1,0 +1,211 @@
+// Webhook deliveries as side rows (unit-kinds.ts KINDS.webhook, API.md §14) on real PostgreSQL and
+// PGlite, for units that carry SEVERAL of them: a unit's requires-actions and its turn end, of different
+// types and seqs, written by the unit's own statement — alone, in a group with other sessions' units
+// (UnitCommitter), and on the locked path in the caller's transaction. Each webhook subscribed to an
+// event's type gets exactly one row for it, no other webhook any, and the unit reports how many rows
+// its commit wrote. A task's webhook (an A2A push config, migrations/0010_a2a_push.sql) gets ONE
+// delivery ever: its task's end, the first qualifying event of its session from the task's start —
+// however many such events one unit or several units carry, grouped or not, and after the delivered
+// rows are pruned.
+
+import crypto from 'node:crypto'
+import { describe, expect, it } from 'vitest'
+import type { Draft } from '../../src/session/index.js'
+import { appendConditional, deliveriesWritten, insertSession, lockLean, stamp, webhooks, writeEvents, type Db, type SideRow, type WebhookEventType, type WebhookTask } from '../../src/store/index.js'
+import { countingDb, DB_KINDS, tenantDb } from '../helpers/db.js'
+
+const ALL: WebhookEventType[] = ['turn.completed', 'turn.failed', 'turn.cancelled', 'turn.interrupted', 'session.requires_action']
+/** what a task's webhook subscribes to (webhooks/service.ts createForTask) */
+const TASK_EVENTS: WebhookEventType[] = ['turn.completed', 'turn.failed', 'turn.cancelled', 'session.requires_action']
+const T0 = 1_700_000_000_000
+
+type Stamped = { seq: number; time: number }
+/** the side row of a call that became pending at `e` (tool-effects.ts) */
+const pending = (e: Stamped, turn: number, callId: string): SideRow => ({
+  kind: 'webhook',
+  event: { type: 'session.requires_action', turn, seq: e.seq, time: e.time, extra: { pending: [{ callId, name: 'ask', kind: 'client' }] } },
+})
+/** the side row of a turn end at `e` (log.ts turnEndWebhook) */
+const ended = (e: Stamped, turn: number, type: WebhookEventType = 'turn.completed'): SideRow => ({
+  kind: 'webhook',
+  event: { type, turn, seq: e.seq, time: e.time, extra: { reason: { kind: type === 'turn.completed' ? 'completed' : type === 'turn.failed' ? 'error' : 'aborted' } } },
+})
+const call = (callId: string, turn: number): Draft => ({ type: 'tool/call', data: { turn, callId, name: 'ask', arguments: {} } })
+const start = (turn: number): Draft => ({ type: 'turn/start', data: { turn } })
+const end = (turn: number, kind = 'completed'): Draft => ({ type: 'turn/end', data: { turn, reason: { kind } } })
+
+describe.each(DB_KINDS)('webhook side rows on %s', (kind) => {
+  // the tenant tenantDb makes is not used: each test makes its own, so webhooks never leak between tests
+  const env = tenantDb(kind, 'webhook-rows')
+
+  let n = 0
+  async function newTenant(): Promise<string> {
+    const id = crypto.randomUUID()
+    await env.db.query('INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)', [id, `hooks-${++n}`, Date.now()])
+    return id
+  }
+  /** a session of the tenant; `id` may repeat across tenants (a delivery names its session by id) */
+  async function newSession(tenantId: string, id = `s-${++n}`): Promise<{ key: string; id: string }> {
+    const key = crypto.randomUUID()
+    await insertSession(env.db, { key, tenantId, id, model: 'test/scripted', system: '', tools: [], metadata: {}, createHash: 'h', createdAt: T0 })
+    return { key, id }
+  }
+  /** a webhook; its name (the description) is what the tests read back */
+  async function hook(tenantId: string, name: string, events: WebhookEventType[], task?: Omit<WebhookTask, 'id'>): Promise<string> {
+    const id = crypto.randomUUID()
+    await webhooks.insertWebhook(env.db, { id, tenantId, url: `https://hooks.example/${name}`, events, description: name, secret: 'whsec_x', createdAt: Date.now(), ...(task ? { task: { id: `task-${name}`, ...task } } : {}) })
+    return id
+  }
+  /** every delivery row of the tenants' webhooks, as `webhook type session turn #seq`, sorted */
+  async function rows(...tenants: string[]): Promise<string[]> {
+    const { rows } = await env.db.query<{ name: string; type: string; session_id: string; turn: number; seq: number }>(
+      'SELECT w.description AS name, d.type, d.session_id, d.turn, d.seq FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id WHERE w.tenant_id = ANY($1::uuid[])',
+      [tenants],
+    )
+    return rows.map((r) => `${r.name} ${r.type} ${r.session_id} t${r.turn} #${r.seq}`).sort()
+  }
+  /** the fast path (commitFast through appendConditional) of a unit continuing the log at `at` */
+  const fast = (db: Db, key: string, at: number, events: ReturnType<typeof stamp>, side: SideRow[]) => appendConditional(db, key, { nextSeq: at }, events, {}, side)
+  const stamped = (at: number, drafts: Draft[]) => stamp({ nextSeq: at, lastTime: 0 }, drafts, T0 + 1 + at)
+
+  /**
+   * A tenant whose webhooks cover each case of a unit with two requires-actions and a turn end:
+   * subscribed to the end only, to both types, to requires-action only, to none of the unit's types.
+   */
+  async function subscribed(tenantId: string) {
+    await hook(tenantId, 'end', ['turn.completed'])
+    await hook(tenantId, 'both', ['turn.completed', 'session.requires_action'])
+    await hook(tenantId, 'asks', ['session.requires_action'])
+    await hook(tenantId, 'none', ['turn.failed', 'turn.cancelled', 'turn.interrupted'])
+  }
+  /** a unit of turn `turn` from `at`: two calls pending, then the turn's end (completed) */
+  function twoAsksAndEnd(at: number, turn: number) {
+    const events = stamped(at, [call(`a${at}`, turn), call(`b${at}`, turn), end(turn)])
+    return { events, side: [pending(events[0], turn, `a${at}`), pending(events[1], turn, `b${at}`), ended(events[2], turn)] }
+  }
+  /** the rows `subscribed`'s webhooks get for twoAsksAndEnd(at, turn) of session `sid` */
+  const twoAsksAndEndRows = (sid: string, at: number, turn: number) => [
+    `asks session.requires_action ${sid} t${turn} #${at}`,
+    `asks session.requires_action ${sid} t${turn} #${at + 1}`,
+    `both session.requires_action ${sid} t${turn} #${at}`,
+    `both session.requires_action ${sid} t${turn} #${at + 1}`,
+    `both turn.completed ${sid} t${turn} #${at + 2}`,
+    `end turn.completed ${sid} t${turn} #${at + 2}`,
+  ]
+
+  describe('several webhook side rows in one unit', () => {
+    it('alone: one row per subscribed webhook and event, with the event as reported; none for other types or tenants; the count is the rows written', async () => {
+      const tenant = await newTenant()
+      const other = await newTenant()
+      await subscribed(tenant)
+      await hook(other, 'other', ALL)
+      const s = await newSession(tenant)
+      const c = countingDb(env.db)
+      const u = twoAsksAndEnd(0, 1)
+      const out = await fast(c.db, s.key, 0, u.events, u.side)
+      expect(c.n()).toBe(1)
+      expect(out).not.toBeNull()
+      expect(await rows(tenant, other)).toEqual(twoAsksAndEndRows(s.id, 0, 1).sort())
+      expect(out!.deliveries).toBe(6)
+      // the events travel with the count to the commit observers (app.ts wakes the deliverer by it)
+      expect(deliveriesWritten(out!.events)).toBe(6)
+
+      // each row as the deliverer reads it: the event's time and extra, due now, not attempted
+      const both = (await webhooks.listWebhooks(env.db, tenant)).find((w) => w.description === 'both')!
+      const list = (await webhooks.listDeliveries(env.db, both.id, 10)).sort((a, b) => a.seq! - b.seq!)
+      expect(list).toEqual([0, 1, 2].map((i) => ({
+        id: expect.stringMatching(/^msg_[0-9a-f]{32}$/),
+        webhookId: both.id,
+        type: i < 2 ? 'session.requires_action' : 'turn.completed',
+        sessionId: s.id,
+        turn: 1,
+        seq: i,
+        extra: i < 2 ? { pending: [{ callId: `${i ? 'b' : 'a'}0`, name: 'ask', kind: 'client' }] } : { reason: { kind: 'completed' } },
+        eventTime: u.events[i].time,
+        createdAt: expect.any(Number),
+        status: 'pending',
+        attempts: 0,
+        firstAttemptAt: null,
+        nextAttemptAt: list[i].createdAt,
+        lastStatus: null,
+        lastError: null,
+        deliveredAt: null,
+      })))
+      expect(new Set(list.map((x) => x.id)).size).toBe(3)
+
+      // a stale unit writes none and reports none; the next one adds its own rows only
+      const again = twoAsksAndEnd(0, 1)
+      expect(await fast(env.db, s.key, 0, again.events, again.side)).toBeNull()
+      const next = { events: stamped(3, [start(2), end(2, 'error')]) }
+      const failed = await fast(env.db, s.key, 3, next.events, [ended(next.events[1], 2, 'turn.failed')])
+      expect(failed!.deliveries).toBe(1)
+      expect(await rows(tenant, other)).toEqual([...twoAsksAndEndRows(s.id, 0, 1), `none turn.failed ${s.id} t2 #4`].sort())
+    })
+
+    it("grouped with other sessions' units in one statement: each unit's rows and count are its own, whoever shares the statement", async () => {
+      const tenant = await newTenant()
+      const other = await newTenant()
+      await subscribed(tenant)
+      await hook(other, 'other', ALL)
+      await hook(other, 'other-ends', ['turn.completed', 'turn.failed'])
+      const mine = await Promise.all(Array.from({ length: 5 }, () => newSession(tenant)))
+      // the other tenant's sessions bear the ids of this tenant's: rows follow the unit, not the id
+      const theirs = await Promise.all(mine.slice(0, 2).map((s) => newSession(other, s.id)))
+      const stale = await newSession(tenant)
+      const quiet = await newSession(tenant)
+
+      type Plan = { key: string; at: number; events: ReturnType<typeof stamp>; side: SideRow[] }
+      const plans: Plan[] = [
+        ...mine.map((s) => ({ key: s.key, at: 0, ...twoAsksAndEnd(0, 1) })),
+        ...theirs.map((s) => {
+          const events = stamped(0, [call('x', 1), end(1, 'error')])
+          return { key: s.key, at: 0, events, side: [pending(events[0], 1, 'x'), ended(events[1], 1, 'turn.failed')] }
+        }),
+        // its row is not at seq 4: it moves nothing and writes no delivery
+        { key: stale.key, at: 4, ...twoAsksAndEnd(4, 1) },
+        // a unit without deliveries in the same statement
+        { key: quiet.key, at: 0, events: stamped(0, [start(1)]), side: [] },
+      ]
+      const c = countingDb(env.db)
+      const out = await Promise.all(plans.map((p) => fast(c.db, p.key, p.at, p.events, p.side)))
+      // one statement for all of them: grouped (a group that failed would be retried unit by unit)
+      expect(c.n()).toBe(1)
+      expect(out.map((o) => o?.deliveries ?? null)).toEqual([6, 6, 6, 6, 6, 3, 3, null, 0])
+      expect(await rows(tenant)).toEqual(mine.flatMap((s) => twoAsksAndEndRows(s.id, 0, 1)).sort())
+      expect(await rows(other)).toEqual(
+        theirs.flatMap((s) => [`other session.requires_action ${s.id} t1 #0`, `other turn.failed ${s.id} t1 #1`, `other-ends turn.failed ${s.id} t1 #1`]).sort(),
+      )
+      expect(deliveriesWritten(out.flatMap((o) => o?.events ?? []))).toBe(5 * 6 + 2 * 3)
+    })
+
+    it("on the locked path: the rows are written in the caller's transaction, roll back with it, and the count rides on the unit's last event", async () => {
+      const tenant = await newTenant()
+      const other = await newTenant()
+      await subscribed(tenant)
+      await hook(other, 'other', ALL)
+      const s = await newSession(tenant)
+      const locked = () =>
+        env.db.transaction(async (tx) => {
+          const row = (await lockLean(tx, s.key))!
+          const u = twoAsksAndEnd(row.nextSeq, 1)
+          return writeEvents(tx, row, u.events, {}, u.side)
+        })
+      await expect(env.db.transaction(async (tx) => {
+        const row = (await lockLean(tx, s.key))!
+        const u = twoAsksAndEnd(row.nextSeq, 1)
+        const written = await writeEvents(tx, row, u.events, {}, u.side)
+        // inside the transaction the rows are there
+        expect(Number((await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM webhook_deliveries WHERE session_id = $1', [s.id])).rows[0].n)).toBe(6)
+        expect(deliveriesWritten(written)).toBe(6)
+        throw new Error('rolled back')
+      })).rejects.toThrow('rolled back')
+      expect(await rows(tenant, other)).toEqual([])
+
+      const written = await locked()
+      expect(written.map((e) => e.seq)).toEqual([0, 1, 2])
+      expect(deliveriesWritten(written)).toBe(6)
+      expect((written[2] as { deliveries?: number }).deliveries).toBe(6)
+      expect(await rows(tenant, other)).toEqual(twoAsksAndEndRows(s.id, 0, 1).sort())
+    })
+  })
+})
