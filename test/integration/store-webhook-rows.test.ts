@@ -208,4 +208,97 @@ describe.each(DB_KINDS)('webhook side rows on %s', (kind) => {
       expect(await rows(tenant, other)).toEqual(twoAsksAndEndRows(s.id, 0, 1).sort())
     })
   })
+
+  describe("a task's webhook: its task's end, once", () => {
+    it('of several qualifying events in one unit it gets the first; nothing before the task starts (seq or turn); nothing after, across units, on both paths', async () => {
+      const tenant = await newTenant()
+      const s = await newSession(tenant)
+      const sibling = await newSession(tenant)
+      await hook(tenant, 'tenant', ALL)
+      // the task starts at seq 2 in turn 2: queued while turn 1 ran, turn 1's end (seq 2) is not its end
+      await hook(tenant, 'task', TASK_EVENTS, { sessionKey: s.key, fromSeq: 2, minTurn: 2 })
+      // another session's task in the same tenant
+      await hook(tenant, 'sibling', TASK_EVENTS, { sessionKey: sibling.key, fromSeq: 0, minTurn: 1 })
+
+      // turn 1: a pending call before the task's start, and turn 1's end after its seq: not the task's
+      const u1 = stamped(0, [start(1), call('c1', 1), end(1)])
+      const o1 = await fast(env.db, s.key, 0, u1, [pending(u1[1], 1, 'c1'), ended(u1[2], 1)])
+      expect(o1!.deliveries).toBe(2)
+      expect(await rows(tenant)).toEqual([`tenant session.requires_action ${s.id} t1 #1`, `tenant turn.completed ${s.id} t1 #2`])
+
+      // turn 2 in one unit: two pending calls, then its end: the task's webhook takes the first only
+      const u2 = stamped(3, [start(2), call('c2', 2), call('c3', 2), end(2)])
+      const o2 = await fast(env.db, s.key, 3, u2, [pending(u2[1], 2, 'c2'), pending(u2[2], 2, 'c3'), ended(u2[3], 2)])
+      const task = [`task session.requires_action ${s.id} t2 #4`]
+      const tenantRows = [...['t1 #1', 't2 #4', 't2 #5'].map((x) => `tenant session.requires_action ${s.id} ${x}`), `tenant turn.completed ${s.id} t1 #2`, `tenant turn.completed ${s.id} t2 #6`]
+      expect(await rows(tenant)).toEqual([...task, ...tenantRows].sort())
+      // the count is what the unit wrote: three for the tenant's webhook, one for the task's
+      expect(o2!.deliveries).toBe(4)
+
+      // later units, on the fast path and on the locked path: nothing more for the task
+      const u3 = stamped(7, [start(3), end(3, 'error')])
+      const o3 = await fast(env.db, s.key, 7, u3, [ended(u3[1], 3, 'turn.failed')])
+      expect(o3!.deliveries).toBe(1)
+      const w4 = await env.db.transaction(async (tx) => {
+        const row = (await lockLean(tx, s.key))!
+        const u4 = stamp(row, [start(4), call('c4', 4), end(4, 'aborted')], T0 + 100)
+        return writeEvents(tx, row, u4, {}, [pending(u4[1], 4, 'c4'), ended(u4[2], 4, 'turn.cancelled')])
+      })
+      expect(deliveriesWritten(w4)).toBe(2)
+      const rest = await rows(tenant)
+      expect(rest.filter((r) => r.startsWith('task '))).toEqual(task)
+      expect(rest.filter((r) => r.startsWith('sibling '))).toEqual([])
+      expect(rest.filter((r) => r.startsWith('tenant '))).toHaveLength(5 + 1 + 2)
+    })
+
+    it('on the locked path too, several qualifying events in the first unit give one delivery, the first', async () => {
+      const tenant = await newTenant()
+      const s = await newSession(tenant)
+      await hook(tenant, 'task', TASK_EVENTS, { sessionKey: s.key, fromSeq: 0, minTurn: 1 })
+      await hook(tenant, 'task-too', TASK_EVENTS, { sessionKey: s.key, fromSeq: 2, minTurn: 1 })
+      const written = await env.db.transaction(async (tx) => {
+        const row = (await lockLean(tx, s.key))!
+        const u = stamp(row, [start(1), call('c1', 1), call('c2', 1), end(1)], T0 + 1)
+        return writeEvents(tx, row, u, {}, [pending(u[1], 1, 'c1'), pending(u[2], 1, 'c2'), ended(u[3], 1)])
+      })
+      expect(await rows(tenant)).toEqual([`task session.requires_action ${s.id} t1 #1`, `task-too session.requires_action ${s.id} t1 #2`])
+      expect(deliveriesWritten(written)).toBe(2)
+    })
+
+    it('grouped: each task of the units in one statement gets its one delivery, a stale unit\'s none until it commits; the next grouped round adds none', async () => {
+      const tenant = await newTenant()
+      await hook(tenant, 'tenant', ['session.requires_action', 'turn.completed'])
+      const sessions = await Promise.all(Array.from({ length: 6 }, () => newSession(tenant)))
+      // two configs of one task: each gets its delivery
+      for (const [i, s] of sessions.entries()) await hook(tenant, `task${i}`, TASK_EVENTS, { sessionKey: s.key, fromSeq: 0, minTurn: 1 })
+      await hook(tenant, 'task0-again', TASK_EVENTS, { sessionKey: sessions[0].key, fromSeq: 0, minTurn: 1 })
+      const staleAt = (i: number) => (i === 5 ? 9 : 0)
+
+      const c = countingDb(env.db)
+      const round1 = await Promise.all(sessions.map((s, i) => {
+        const u = twoAsksAndEnd(staleAt(i), 1)
+        return fast(c.db, s.key, staleAt(i), u.events, u.side)
+      }))
+      expect(c.n()).toBe(1)
+      // three rows for the tenant's webhook, one for each task config of the session
+      expect(round1.map((o) => o?.deliveries ?? null)).toEqual([5, 4, 4, 4, 4, null])
+      const tasks = async () => (await rows(tenant)).filter((r) => r.startsWith('task'))
+      const first = (i: number, at = 0) => `session.requires_action ${sessions[i].id} t1 #${at}`
+      const want = [`task0 ${first(0)}`, `task0-again ${first(0)}`, ...[1, 2, 3, 4].map((i) => `task${i} ${first(i)}`)].sort()
+      expect(await tasks()).toEqual(want)
+
+      // round 2, grouped again, the stale unit now at its row's seq: only its task is new
+      const c2 = countingDb(env.db)
+      const round2 = await Promise.all(sessions.map((s, i) => {
+        const at = i === 5 ? 0 : 3
+        const u = twoAsksAndEnd(at, i === 5 ? 1 : 2)
+        return fast(c2.db, s.key, at, u.events, u.side)
+      }))
+      expect(c2.n()).toBe(1)
+      expect(round2.map((o) => o?.deliveries ?? null)).toEqual([3, 3, 3, 3, 3, 4])
+      expect(await tasks()).toEqual([...want, `task5 ${first(5)}`].sort())
+      // two rounds of three for the five, one for the unit that was stale in the first
+      expect((await rows(tenant)).filter((r) => r.startsWith('tenant '))).toHaveLength((5 * 2 + 1) * 3)
+    })
+  })
 })
