@@ -300,5 +300,24 @@ describe.each(DB_KINDS)('webhook side rows on %s', (kind) => {
       // two rounds of three for the five, one for the unit that was stale in the first
       expect((await rows(tenant)).filter((r) => r.startsWith('tenant '))).toHaveLength((5 * 2 + 1) * 3)
     })
+
+    it("pruning delivered rows does not open a task's webhook again: its one delivery stays, and a later end of its session writes none", async () => {
+      const tenant = await newTenant()
+      const s = await newSession(tenant)
+      await hook(tenant, 'tenant', ['turn.completed'])
+      await hook(tenant, 'task', TASK_EVENTS, { sessionKey: s.key, fromSeq: 0, minTurn: 1 })
+      const u1 = stamped(0, [start(1), end(1)])
+      expect((await fast(env.db, s.key, 0, u1, [ended(u1[1], 1)]))!.deliveries).toBe(2)
+      // both delivered eight days ago: past the deliverer's keep of seven (webhooks/deliverer.ts keepDeliveredMs)
+      const day = 24 * 3600 * 1000
+      const now = Date.now()
+      await env.db.query("UPDATE webhook_deliveries SET status = 'delivered', delivered_at = $2, next_attempt_at = NULL WHERE session_id = $1", [s.id, now - 8 * day])
+      await webhooks.pruneDeliveries(env.db, now, 7 * day)
+      expect(await rows(tenant)).toEqual([`task turn.completed ${s.id} t1 #1`])
+      // the session's next turn ends: the tenant's webhook hears of it, the task's does not (it ended at seq 1)
+      const u2 = stamped(2, [start(2), end(2)])
+      expect((await fast(env.db, s.key, 2, u2, [ended(u2[1], 2)]))!.deliveries).toBe(1)
+      expect(await rows(tenant)).toEqual([`task turn.completed ${s.id} t1 #1`, `tenant turn.completed ${s.id} t2 #3`])
+    })
   })
 })
