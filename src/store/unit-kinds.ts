@@ -149,16 +149,18 @@ export const KINDS = {
   webhook: kind<{ event: WebhookEvent }>({
     enter: (r, doc) => doc.add('w', { type: r.event.type, turn: r.event.turn, seq: r.event.seq, extra: JSON.stringify(r.event.extra), time: r.event.time }),
     stamped: true,
-    ctes: `, hooks AS (
+    // hook_rows: the deliveries of the units that moved, one per webhook and event (a task's webhook:
+    // one per unit); the insert writes them and each unit counts its own, so the count is the rows written
+    ctes: `, hook_rows AS (
+  SELECT DISTINCT ON (w.id, m.ord, ${EACH('h.seq')}, ${EACH('h.type')}) w.id AS webhook_id, h.type, m.ord, m.id AS session_id, h.turn, h.seq, h.extra, h.time
+  FROM ${HOOK_RECORDS} JOIN moved m ON m.ord = h.ord JOIN webhooks w ON w.tenant_id = m.tenant_id AND h.type = ANY(w.events)
+  WHERE ${taskFilterSql('m.key', 'h.seq', 'h.turn')}
+  ORDER BY w.id, m.ord, ${EACH('h.seq')}, ${EACH('h.type')}, h.seq
+), hooks AS (
   INSERT INTO webhook_deliveries (id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, next_attempt_at)
-  SELECT ${DELIVERY_ID_SQL}, x.webhook_id, x.type, x.session_id, x.turn, x.seq, x.extra, x.time, $3, $3 FROM (
-    SELECT DISTINCT ON (w.id, m.ord, ${EACH('h.seq')}, ${EACH('h.type')}) w.id AS webhook_id, h.type, m.id AS session_id, h.turn, h.seq, h.extra, h.time
-    FROM ${HOOK_RECORDS} JOIN moved m ON m.ord = h.ord JOIN webhooks w ON w.tenant_id = m.tenant_id AND h.type = ANY(w.events)
-    WHERE ${taskFilterSql('m.key', 'h.seq', 'h.turn')}
-    ORDER BY w.id, m.ord, ${EACH('h.seq')}, ${EACH('h.type')}, h.seq
-  ) x
+  SELECT ${DELIVERY_ID_SQL}, x.webhook_id, x.type, x.session_id, x.turn, x.seq, x.extra, x.time, $3, $3 FROM hook_rows x
 )`,
-    counted: `(SELECT count(*)::int FROM ${HOOK_RECORDS} JOIN webhooks w ON w.tenant_id = m.tenant_id AND h.type = ANY(w.events) WHERE h.ord = m.ord AND ${taskFilterSql('m.key', 'h.seq', 'h.turn')})`,
+    counted: `(SELECT count(*)::int FROM hook_rows x WHERE x.ord = m.ord)`,
   }),
   /**
    * no row: the unit moves only while this API key exists unrevoked (a delivery authenticated from the

@@ -270,9 +270,16 @@ export async function outboxState(db: Queryable, now: number): Promise<{ pending
   return { pending: r?.n ?? 0, oldestMs: r?.oldest === null || r?.oldest === undefined ? 0 : Math.max(0, now - Number(r.oldest)) }
 }
 
-const PRUNE_DELIVERIES = statement('webhook_prune', "DELETE FROM webhook_deliveries WHERE status = 'delivered' AND delivered_at < $1")
+const PRUNE_DELIVERIES = statement(
+  'webhook_prune',
+  "DELETE FROM webhook_deliveries d WHERE d.status = 'delivered' AND d.delivered_at < $1 AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.id = d.webhook_id AND w.task_session_key IS NOT NULL)",
+)
 
-/** Deletes delivered rows older than `maxAgeMs` (their attempts go with them). */
+/**
+ * Deletes delivered rows older than `maxAgeMs` (their attempts go with them). A task's webhook keeps
+ * its one delivery: that row is what closes it to any later event (taskFilterSql), so while the
+ * webhook exists its delivery does.
+ */
 export async function pruneDeliveries(db: Queryable, now: number, maxAgeMs: number): Promise<number> {
   const r = await db.query(PRUNE_DELIVERIES, [now - maxAgeMs])
   return r.rowCount
