@@ -7,7 +7,8 @@ import { canonicalJson, jsonEqual, type Draft, type EpochHeader, type Json, type
 import { splitModelRef, type PreparedCall } from '../llm/index.js'
 import { promptDraft, reconcile, systemNodes } from './prompt.js'
 import type { ToolSpec } from '../tools/index.js'
-import type { AgentSpec, Series } from './context.js'
+import type { AgentSpec } from './context.js'
+import type { Series } from './settings.js'
 
 /** A step's proposal (SPEC §7.2–§7.4), kept for every attempt of the step (§10.3). */
 export interface Proposal {
@@ -27,7 +28,8 @@ export interface AdmissionInput {
   /** the config the attempt runs with: the prepared one, else the proposed one (NO_ADAPTER) */
   config: LlmCallConfig
   prepared?: Pick<PreparedCall, 'adapterDefaults' | 'systemPromptUpdate' | 'context'>
-  series: Series
+  /** what the loop instance remembers of its series (settings.ts Series) */
+  series: Readonly<Pick<Series, 'headerLogged' | 'capturedGeneration'>>
 }
 
 /**

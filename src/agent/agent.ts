@@ -9,11 +9,12 @@ import type { Context } from 'cordis'
 import type { LiveAttempts } from '../bus/index.js'
 import { unwrapService, type Hooks } from '../hooks/index.js'
 import { errorChain, listOf, planClear, planDelivery, ROUTE_WAKES, toUserMessage, type AgentCancelCause, type DeliveryRoute, type Inbox, type Json, type MessageInput, type SessionState, type UserMessage } from '../session/index.js'
-import type { LeanRow, SessionRow, StoredEvent } from '../store/index.js'
+import { readSettings, type LeanRow, type SessionRow, type StoredEvent } from '../store/index.js'
 import type { LlmService } from '../llm/index.js'
 import { McpClients, type HostPolicy, type SecretResolver, type ToolRegistry } from '../tools/index.js'
 import type { Metrics } from '../metrics.js'
-import type { AgentSpec, Loop, LoopServices, Series, TenantGate } from './context.js'
+import type { AgentSpec, Loop, LoopServices, TenantGate } from './context.js'
+import { Series, SessionSettings } from './settings.js'
 import { AGENT, Handles, type AgentHandle } from './handle.js'
 import type { Accepted } from './intake.js'
 import { runMaintenance } from './maintenance.js'
@@ -64,10 +65,9 @@ export class Agent implements Loop {
   readonly key: string
   readonly tenantId: string
   readonly series: Series
+  readonly settings: SessionSettings
   readonly pending: PendingCalls
   readonly mcp: McpClients
-  /** context.ts Loop.settingsStale: the first step after attach reads them once */
-  settingsStale = true
   readonly secrets: SecretResolver
   readonly hooks: Hooks
   readonly services: LoopServices
@@ -89,7 +89,7 @@ export class Agent implements Loop {
   constructor(
     private readonly d: AgentDeps,
     attached: { row: SessionRow; state: SessionState; lease: Lease; continuation?: ContinuationDuty | null },
-    public spec: AgentSpec,
+    spec: AgentSpec,
     private readonly host: AgentHost,
   ) {
     const { row, state, lease } = attached
@@ -101,11 +101,13 @@ export class Agent implements Loop {
     this.sessionLog = new SessionLog(d.sessionLog, row.key, row.id, state, lease, row.tenantId)
     this.logger = d.log.child({ tenantId: row.tenantId, sessionId: row.id, leaseToken: lease.token })
     // SPEC §8.7: the captured generation starts at attach
-    this.series = { headerLogged: false, capturedGeneration: state.replaceGeneration }
+    this.series = new Series(state.replaceGeneration)
     this.pending = new PendingCalls(d.sessionLog.db, row.key)
     const tenantId = row.tenantId
     this.secrets = (names) => (d.secrets ? d.secrets.resolve(tenantId, names) : Promise.resolve({ values: new Map(), missing: [...names] }))
     this.mcp = new McpClients({ policy: d.toolPolicy, secrets: this.secrets, log: this.logger, callTimeoutMs: d.mcpCallTimeoutMs }, spec.mcpServers ?? [])
+    // the first step after attach reads the settings once
+    this.settings = new SessionSettings(spec, () => readSettings(d.sessionLog.db, row.key), (servers) => this.mcp.setServers(servers))
     // cordis services are looked up once, and unwrapped: every property access and method call on a
     // service through its context goes through proxies that track the caller (for plugins' disposal);
     // the driver registers nothing, so it calls the services themselves
@@ -116,9 +118,7 @@ export class Agent implements Loop {
       log: this.sessionLog,
       pending: this.pending,
       react: (r) => this.react(r),
-      poked: () => {
-        this.settingsStale = true
-      },
+      poked: () => this.settings.poke(),
       lost: (e) => this.lost(e),
       warn: (o, msg) => this.logger.warn(o, msg),
     })

@@ -25,7 +25,7 @@ export type AttemptOutcome =
 export async function runAttempt(tc: TurnContext, proposal: Proposal, attempt: number): Promise<AttemptOutcome> {
   const { loop } = tc
   // A1: the request config
-  const proposed = proposeConfig(loop.spec, loop.state, loop.series.headerLogged && !loop.series.configChanged)
+  const proposed = proposeConfig(loop.settings.spec, loop.state, !loop.series.fresh)
   const config = deepFreeze(structuredClone(await tc.hooks.runWaterfall<LlmCallConfig>('agent/request', { agent: loop.handle(), turn: tc.turn, step: tc.step, signal: tc.signal }, () => proposed, { bind: loop.bind }))) as LlmCallConfig
   if (!config || typeof config.provider !== 'string' || !config.provider || typeof config.model !== 'string' || !config.model) throw new Error('the request config lacks provider or model')
   tc.abort.check()
@@ -46,9 +46,7 @@ export async function runAttempt(tc: TurnContext, proposal: Proposal, attempt: n
     },
   })
   // instance state moves only once the unit committed
-  loop.series.headerLogged = true
-  loop.series.configChanged = false
-  loop.series.capturedGeneration = loop.state.replaceGeneration
+  loop.series.admitted(loop.state.replaceGeneration)
   tc.abort.check()
   // API.md §15: the tenant's budget, after admission and before anything reaches the provider; a
   // refusal ends the turn like a model failure, the admitted events kept (as a cancel here, SPEC §8.2)

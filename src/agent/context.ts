@@ -16,6 +16,7 @@ import type { PendingCalls } from './pending.js'
 import type { ContinuationDuty } from './continuation.js'
 import { NOOP_TURN, type TurnTrace } from '../tracing/index.js'
 import { OpenUnit, type UnitLog } from './unit.js'
+import type { Series, SessionSettings } from './settings.js'
 
 export type { UnitLog }
 
@@ -60,20 +61,6 @@ export interface LoopServices {
   continueAfterCrash: number
 }
 
-/** What a loop instance remembers between attempts (SPEC §8.7–§8.8). */
-export interface Series {
-  /** whether this instance logged a request/header yet */
-  headerLogged: boolean
-  /** replaceGeneration as of attach, then as of the last committed admission */
-  capturedGeneration: number
-  /**
-   * API.md §4: a PATCH changed the model, maxTokens or reasoningEffort since the last committed
-   * admission, so the next attempt proposes its config from the settings, as a loop instance's first
-   * request does (SPEC §7.5), and its header is a 'change'
-   */
-  configChanged?: boolean
-}
-
 export type Notify = (name: string, payload: Record<string, unknown>, wire?: unknown) => void
 
 /** A loop instance (SPEC §13.4) as the parts of a turn see it. */
@@ -81,8 +68,8 @@ export interface Loop {
   readonly id: string
   readonly key: string
   readonly tenantId: string
-  /** the settings the current step was proposed with (replaced, never mutated, between steps) */
-  spec: AgentSpec
+  /** the session's settings as the current step was proposed with them, and their refresh */
+  readonly settings: SessionSettings
   /** the folded log; every unit folds into it as it is built */
   readonly state: SessionState
   readonly services: LoopServices
@@ -98,12 +85,6 @@ export interface Loop {
   readonly pending: PendingCalls
   /** the session's MCP server connections (API.md §12) */
   readonly mcp: McpClients
-  /**
-   * Whether the session row's settings may differ from `spec` and `mcp.servers` (API.md §4, §12:
-   * PATCH changes them): true after attach and after every poke or reset of the session's doorbell
-   * (PATCH pokes), so a step reads them only then, not before every step.
-   */
-  settingsStale: boolean
   /** the tenant's secrets for `secret:NAME` header values (API.md §13) */
   readonly secrets: SecretResolver
   /** The Agent handle a payload carries (API.md §11); per listening plugin through `bind`. */

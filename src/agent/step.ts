@@ -9,7 +9,6 @@ import type { AgentSpec, TurnContext } from './context.js'
 import { TurnLlmError } from './errors.js'
 import { canonicalTools, renderPrompt, snapshotCandidate, type PromptAssembly, type PromptSection } from './prompt.js'
 import { runTools } from './tool-effects.js'
-import { readSettings, type StoredSettings } from '../store/index.js'
 import type { McpServerSpec, ToolSpec } from '../tools/index.js'
 
 import type { StepResult } from './ends.js'
@@ -42,7 +41,7 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
   const sp = loop.services.systemPrompt
   const mcpTools = await listMcpTools(tc, proposed)
   const base: PromptAssembly = {
-    sections: [{ name: 'session', text: loop.spec.system, literal: true }, ...sp.sections.map((s) => ({ ...s }))],
+    sections: [{ name: 'session', text: loop.settings.spec.system, literal: true }, ...sp.sections.map((s) => ({ ...s }))],
     contexts: sp.contexts.map((c) => ({ name: c.name, text: typeof c.text === 'function' ? String(c.text()) : c.text })),
     tools: [...sessionTools(tc), ...mcpTools.map((t) => ({ name: t.name, description: t.description ?? '', parameters: t.parameters as ToolSchema['parameters'] }))],
     variables: {},
@@ -64,30 +63,12 @@ export async function proposeStep(tc: TurnContext, target: InboxTarget, proposed
 
 /**
  * API.md §4, §12: before a step is proposed, the session's settings as they stand now, when they may
- * have changed (after attach, after a poke: PATCH pokes). The flag is cleared before the read, so a
- * poke during it makes the next step read again. The step then renders and admits them through the
- * loop's own machinery: a changed system text is a reconciliation (SPEC §8.6), a changed tool list a
- * header change (§8.8), a changed model or limit a config proposed afresh (§7.5) and so a header change.
+ * have changed (settings.ts). The step then renders and admits them through the loop's own machinery:
+ * a changed system text is a reconciliation (SPEC §8.6), a changed tool list a header change (§8.8), a
+ * changed model or limit a config proposed afresh (§7.5) and so a header change.
  */
 async function refreshSettings(tc: TurnContext): Promise<void> {
-  const { loop } = tc
-  if (!loop.settingsStale) return
-  loop.settingsStale = false
-  let current: StoredSettings | undefined
-  try {
-    current = await readSettings(loop.services.db, loop.key)
-  } catch (e) {
-    loop.settingsStale = true
-    throw e
-  }
-  if (!current) return // deleted: the driver learns it from its next commit
-  const was = loop.spec
-  const spec: AgentSpec = { model: current.model, system: current.system, tools: current.tools as unknown as ToolSpec[], mcpServers: current.mcpServers as unknown as McpServerSpec[] }
-  if (current.maxTokens !== undefined) spec.maxTokens = current.maxTokens
-  if (current.reasoningEffort !== undefined) spec.reasoningEffort = current.reasoningEffort
-  if (spec.model !== was.model || spec.maxTokens !== was.maxTokens || spec.reasoningEffort !== was.reasoningEffort) loop.series.configChanged = true
-  loop.spec = spec
-  loop.mcp.setServers(spec.mcpServers!)
+  if (await tc.loop.settings.refresh()) tc.loop.series.configChanged = true
 }
 
 /**
@@ -105,7 +86,7 @@ async function listMcpTools(tc: TurnContext, step: number): Promise<ToolSpec[]> 
     tc.notify('agent/error', { turn: tc.turn, step, code: 'MCP_UNAVAILABLE', server: o.server, error: { code: 'MCP_UNAVAILABLE', message: o.message, server: o.server } })
   }
   // a session tool of the same name wins (names are unique in a request)
-  const own = new Set(loop.spec.tools.map((t) => t.name))
+  const own = new Set(loop.settings.spec.tools.map((t) => t.name))
   return tools.filter((t) => !own.has(t.name))
 }
 
@@ -125,7 +106,7 @@ function checkDecision(d: unknown): PreStepDecision {
 /** The session's ToolSpecs as schemas; a builtin takes its registration's parameters. */
 function sessionTools(tc: TurnContext): ToolSchema[] {
   const out: ToolSchema[] = []
-  for (const s of tc.loop.spec.tools) {
+  for (const s of tc.loop.settings.spec.tools) {
     if (s.execution.type === 'builtin') {
       const reg = tc.loop.services.registry.get(s.name)
       if (!reg) continue // its plugin left: calls to it become UNKNOWN_TOOL results

@@ -61,7 +61,7 @@ function addCall(tc: TurnContext, u: UnitBuilder, p: { callId: string; name: str
 }
 
 /** The step's tools: the session's ToolSpecs, then the MCP tools listed for this step (API.md §12). */
-const stepSpecs = (tc: TurnContext, mcpTools: readonly ToolSpec[]): readonly ToolSpec[] => (mcpTools.length ? [...tc.loop.spec.tools, ...mcpTools] : tc.loop.spec.tools)
+const stepSpecs = (tc: TurnContext, mcpTools: readonly ToolSpec[]): readonly ToolSpec[] => (mcpTools.length ? [...tc.loop.settings.spec.tools, ...mcpTools] : tc.loop.settings.spec.tools)
 
 function toolEnv(tc: TurnContext, mcpTools: readonly ToolSpec[]): ToolEnv {
   const { loop } = tc

@@ -173,7 +173,7 @@ export async function drive(ctl: DriverControl, first: OpenedTurn): Promise<void
 export async function runTurn(tc: TurnContext, firstClaim: UserMessage[], continuedInputs: UserMessage[] = []): Promise<AfterTurn> {
   const { loop } = tc
   const linked = continuedInputs.length ? [...continuedInputs, ...firstClaim.filter((m) => !continuedInputs.some((c) => c.id === m.id))] : firstClaim
-  tc.trace = traceTurn({ sessionId: loop.id, tenantId: loop.tenantId, turn: tc.turn, ...(tc.continues !== undefined ? { continues: tc.continues } : {}), ...(loop.spec.agent ? { agent: loop.spec.agent } : {}) }, linked)
+  tc.trace = traceTurn({ sessionId: loop.id, tenantId: loop.tenantId, turn: tc.turn, ...(tc.continues !== undefined ? { continues: tc.continues } : {}), ...(loop.settings.spec.agent ? { agent: loop.settings.spec.agent } : {}) }, linked)
   let reason: TurnEndReason | { kind: 'lost' } = { kind: 'lost' }
   try {
     return await tc.trace.within(() => turnBody(tc, firstClaim, (r) => (reason = r)))

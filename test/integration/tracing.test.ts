@@ -99,16 +99,19 @@ describe.each(APP_DB_KINDS)('tracing in one process on %s', (kind) => {
       expect(span.endNs <= chat.startNs).toBe(true)
     })
 
-    it('a session made from an agent: the turn span is named by the agent, with its id and version', async () => {
+    it('a session made from an agent: every turn span is named by the agent, with its id and version', async () => {
       const a = await t.api('POST', '/v1/agents', { id: `support-${kind}`, name: 'Support desk', model: t.models.ref() })
       expect(a.status, a.text).toBe(201)
       const s = await t.createSession({ agent: `support-${kind}` })
-      t.models.script(s.id, { text: ['hi'] })
-      await t.api('POST', `/v1/sessions/${s.id}/followup`, { content: 'hello' })
-      await t.waitForTurnEnd(s.id, 1)
-      const turn = await otlp.waitFor((x) => x.name.startsWith('invoke_agent') && x.attributes['gen_ai.conversation.id'] === s.id, 'the turn')
-      expect(turn.name).toBe('invoke_agent Support desk')
-      expect(turn.attributes).toMatchObject({ 'gen_ai.agent.id': `support-${kind}`, 'gen_ai.agent.name': 'Support desk', 'agentd.agent.version': 1 })
+      t.models.script(s.id, { text: ['hi'] }, { text: ['again'] })
+      // the second turn comes after the driver read the session's settings again (its first step does)
+      for (const [n, content] of [[1, 'hello'], [2, 'and again']] as const) {
+        await t.api('POST', `/v1/sessions/${s.id}/followup`, { content })
+        await t.waitForTurnEnd(s.id, n)
+        const turn = await otlp.waitFor((x) => x.name.startsWith('invoke_agent') && x.attributes['gen_ai.conversation.id'] === s.id && x.attributes['agentd.turn'] === n, `turn ${n}`)
+        expect(turn.name).toBe('invoke_agent Support desk')
+        expect(turn.attributes).toMatchObject({ 'gen_ai.agent.id': `support-${kind}`, 'gen_ai.agent.name': 'Support desk', 'agentd.agent.version': 1 })
+      }
     })
 
     it('an SSE stream is one SERVER span, ended when the stream closes, without its access_token', async () => {
