@@ -16,25 +16,11 @@ import type { PendingCalls } from './pending.js'
 import type { ContinuationDuty } from './continuation.js'
 import { NOOP_TURN, type TurnTrace } from '../tracing/index.js'
 import { OpenUnit, type UnitLog } from './unit.js'
-import type { Series, SessionSettings } from './settings.js'
+import type { AgentSpec, Series, SessionSettings } from './settings.js'
+
+export type { AgentSpec }
 
 export type { UnitLog }
-
-/**
- * The session's settings as the driver uses them: the row's as of attach, read again before a step
- * that follows a poke (API.md §4: PATCH changes them and pokes; step.ts refreshSettings).
- */
-export interface AgentSpec {
-  model: string
-  system: string
-  tools: ToolSpec[]
-  /** API.md §12 */
-  mcpServers?: McpServerSpec[]
-  /** API.md §16: the agent the session was made from (the turn span's gen_ai.agent.*) */
-  agent?: { id: string; version: number; name?: string }
-  maxTokens?: number
-  reasoningEffort?: string
-}
 
 /** What the driver asks of the tenant's limits (API.md §15); tenancy/ implements it. */
 export interface TenantGate {

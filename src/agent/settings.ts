@@ -2,9 +2,24 @@
 // settings as the driver uses them (API.md §4, §12), and the request series (SPEC §8.7–§8.8). The
 // parts of a turn read them and move them through these methods only.
 
-import type { AgentSpec } from './context.js'
 import type { StoredSettings } from '../store/index.js'
 import type { McpServerSpec, ToolSpec } from '../tools/index.js'
+
+/**
+ * The session's settings as the driver uses them: the row's as of attach, read again before a step
+ * that follows a poke (API.md §4: PATCH changes them and pokes; SessionSettings).
+ */
+export interface AgentSpec {
+  model: string
+  system: string
+  tools: ToolSpec[]
+  /** API.md §12 */
+  mcpServers?: McpServerSpec[]
+  /** API.md §16: the agent the session was made from (the turn span's gen_ai.agent.*) */
+  agent?: { id: string; version: number; name?: string }
+  maxTokens?: number
+  reasoningEffort?: string
+}
 
 /**
  * The session's settings: the row's as of attach, read again before a step once they may have
