@@ -288,10 +288,11 @@ export class SessionLog {
   /** The optimistic append of a built unit; when the row moved, the unit is committed under its lock. */
   private async commitBuilt<T, F extends RowFlag>(b: Built<T>, reads: readonly (F | 'inbox')[]): Promise<CommitResult<T>> {
     if (!b.added.length) {
-      // nothing to write (an empty claim, an admission with nothing new): no round trip at all; a
-      // row patch or side rows alone are written under the lock
+      // nothing to write (an empty claim, an admission with nothing new): no round trip at all — the
+      // folded inbox it decided on is the log as of some seq, and deciding nothing then is deciding
+      // it now; one that read row flags, or a row patch or side rows alone, go under the lock
       const patch = b.out.patch ?? {}
-      if (!Object.values(patch).some((v) => v !== undefined) && !reads.length && !b.side.length && this.row) return { events: [], value: b.out.value as T, row: this.row }
+      if (!Object.values(patch).some((v) => v !== undefined) && reads.every((r) => r === 'inbox') && !b.side.length && this.row) return { events: [], value: b.out.value as T, row: this.row }
       return this.commitMoved(b, reads)
     }
     let r

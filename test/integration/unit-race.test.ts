@@ -119,6 +119,30 @@ describe.each(DB_KINDS)('a unit that loses the race on %s', (kind) => {
     expect(JSON.parse(row.inbox).nextTurn.map((m: UserMessage) => m.id)).toEqual(['first', 'second', 'third', 'mine'])
   })
 
+  it('a unit that declares the inbox and finds nothing to write costs no statement (an empty claim); one that read a row flag goes under the lock', async () => {
+    const { key, driver } = await session()
+    await driver.commit((u) => void u.add(deliver(0, msg('one'))), { reads: ['inbox'] })
+    let statements = 0
+    // the database as this log sees it: every statement and transaction it starts is counted
+    const countingDb = new Proxy(db, {
+      get(target, p) {
+        const v = Reflect.get(target, p, target)
+        if (p === 'query' || p === 'transaction') return (...a: unknown[]) => (statements++, (v as (...x: unknown[]) => unknown).apply(target, a))
+        return typeof v === 'function' ? v.bind(target) : v
+      },
+    })
+    const counted = new SessionLog({ db: countingDb, publisher, mutex: new KeyedMutex(), log }, key, driver.id, SessionState.fromEvents(await readEvents(db, key)), lease, tenantId)
+    await counted.sync()
+    statements = 0
+    // nothing claimed from next-step: no round trip at all
+    const r = await counted.commit(() => ({ value: counted.state.inbox.nextStep.length }), { reads: ['inbox'] })
+    expect(r.events).toEqual([])
+    expect(statements).toBe(0)
+    // a decision on a row flag that writes nothing is still checked against the row
+    await counted.commit<void, 'cancelPending'>((u) => void u.row.cancelPending, { reads: ['cancelPending'] })
+    expect(statements).toBeGreaterThan(0)
+  })
+
   it('a unit that splices the inbox without declaring it is refused before anything is written', async () => {
     const { key, driver } = await session()
     const err = await driver.commit((u) => void u.add(deliver(0, msg('x')))).catch((e) => e)
