@@ -7,7 +7,8 @@ import { toolResultDraft } from '../tools/index.js'
 import { readEvents, stamp, writeEvents, type Db, type Queryable, type SessionRow, type StoredEvent } from '../store/index.js'
 import type { KeyedMutex } from './locks.js'
 import type { Publisher } from './publish.js'
-import { mirror, type Lease } from './log.js'
+import type { Lease } from './log.js'
+import { mirror } from './mirror.js'
 import { continuationDuty, type ContinuationDuty } from './continuation.js'
 
 export const OUTCOME_UNKNOWN_TEXT =
