@@ -1,6 +1,7 @@
-// The driver's view of its session log and its ONE way to append: a unit is built against the
-// folded state under the session row lock, fenced by the lease token, written in the same
-// transaction, and published after commit (DESIGN.md §3, SPEC §2.4, §3.1.4).
+// The driver's view of its session log and its ONE way to append: a unit is built once against the
+// folded state, written in one statement conditioned on the row as this driver last saw it (or under
+// the session row lock), fenced by the lease token, and published after commit (DESIGN.md §3, SPEC
+// §2.4, §3.1.4).
 
 import type { Logger } from 'pino'
 import { deepFreeze, LogError, type Draft, type SessionEvent, type SessionState, type Undo } from '../session/index.js'
