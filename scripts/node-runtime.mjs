@@ -52,7 +52,24 @@ function systemVersion() {
   return execFileSync(npmNode, ['--version'], { encoding: 'utf8' }).trim()
 }
 
+/**
+ * Whether npm itself runs on the Node.js this script linked: a shell that puts node_modules/.bin first
+ * on its PATH (direnv's PATH_add, a script's export) finds the link before the system's Node.js. The
+ * link is in use then, whatever the system's is; dropping it would leave the next npm script on an
+ * older Node.js.
+ */
+function npmRunsOnLink() {
+  const npmNode = process.env.npm_node_execpath
+  if (!npmNode) return false
+  try {
+    return fs.realpathSync(npmNode) === fs.realpathSync(path.join(HOME, pinned.version, 'bin', process.platform === 'win32' ? 'node.exe' : 'node'))
+  } catch {
+    return false
+  }
+}
+
 function install() {
+  if (npmRunsOnLink()) return
   if (atLeast(systemVersion(), MIN)) {
     // the system's Node.js is new enough: use it, and drop a link an earlier install under an older one left
     removeLink()

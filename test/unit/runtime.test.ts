@@ -4,6 +4,7 @@
 
 import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import semver from 'semver'
@@ -50,6 +51,28 @@ describe('the runtime', () => {
     // the script must run on the old Node.js it replaces: nothing newer than what Node 18 parses
     const text = read('scripts/node-runtime.mjs')
     expect(text).not.toMatch(/from '(?!node:)/)
+  })
+
+  it("npm running on the linked Node.js (node_modules/.bin first on the shell's PATH) keeps the link", () => {
+    // a copy of the project's script beside a linked Node.js of its own: the real one this suite runs on
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-runtime-'))
+    try {
+      fs.mkdirSync(path.join(tmp, 'scripts'))
+      fs.copyFileSync(path.join(ROOT, 'scripts/node-runtime.mjs'), path.join(tmp, 'scripts/node-runtime.mjs'))
+      fs.copyFileSync(path.join(ROOT, 'package.json'), path.join(tmp, 'package.json'))
+      const bin = path.join(tmp, 'node_modules/.agentd-node', pkg.agentd.node.version, 'bin')
+      fs.mkdirSync(bin, { recursive: true })
+      fs.symlinkSync(process.execPath, path.join(bin, 'node'))
+      fs.mkdirSync(path.join(tmp, 'node_modules/.bin'))
+      const link = path.join(tmp, 'node_modules/.bin/node')
+      fs.symlinkSync(path.relative(path.dirname(link), path.join(bin, 'node')), link)
+      // npm started from that PATH: its Node.js is the link (a pre-script's environment says so)
+      const r = spawnSync(process.execPath, [path.join(tmp, 'scripts/node-runtime.mjs')], { encoding: 'utf8', env: { ...process.env, npm_node_execpath: link } })
+      expect(r.status, r.stderr).toBe(0)
+      expect(fs.readlinkSync(link)).toBe(path.relative(path.dirname(link), path.join(bin, 'node')))
+    } finally {
+      fs.rmSync(tmp, { recursive: true, force: true })
+    }
   })
 
   it('the entry point itself refuses an older Node.js before loading the server', () => {
