@@ -86,6 +86,11 @@ export interface CommitOpts<T, F extends RowFlag = never> {
   segments?: () => Array<{ count: number; after?: (events: StoredEvent[]) => void }>
 }
 
+/** The one way the driver appends: a fenced unit, published after commit (SessionLog, and the Agent's wrapper of it). */
+export interface UnitLog {
+  commit<T = void, F extends RowFlag = never>(build: Build<T, F>, opts?: CommitOpts<T, F>): Promise<CommitResult<T>>
+}
+
 export interface CommitResult<T> {
   events: StoredEvent[]
   value: T
@@ -121,7 +126,7 @@ function undo(undos: Undo[]): void {
  * again, once, under the row lock, where they cannot change. Its build leaves nothing outside itself
  * but through its value and its patch, so the second decision simply replaces the first.
  */
-export async function commitDecision<T = void, F extends RowFlag = never>(log: { commit<U = void, G extends RowFlag = never>(build: Build<U, G>, opts?: CommitOpts<U, G>): Promise<CommitResult<U>> }, build: Build<T, F>, opts: CommitOpts<T, F> = {}): Promise<CommitResult<T>> {
+export async function commitDecision<T = void, F extends RowFlag = never>(log: UnitLog, build: Build<T, F>, opts: CommitOpts<T, F> = {}): Promise<CommitResult<T>> {
   try {
     return await log.commit(build, opts)
   } catch (e) {
@@ -286,24 +291,20 @@ export class SessionLog {
    * row lock, what others wrote is folded; then the unit is written as built, stamped after it, or
    * — when an input it declared changed — not at all (StaleUnitError).
    */
-  private async commitMoved<T, F extends RowFlag>(b: Built<T>, reads: readonly (F | 'inbox')[]): Promise<CommitResult<T>> {
-    const undos: Undo[] = []
-    try {
-      return await this.d.db.transaction(async (tx) => {
-        const row = this.check(await lockLean(tx, this.key))
-        const caught = await this.catchUp(tx, row)
-        const changed = reads.filter((r) => (r === 'inbox' ? caught.some((e) => e.type === 'agent/inbox/spliced') : b.known === undefined || b.known[r] !== row[r]))
-        if (changed.length) {
-          this.row = row
-          throw new StaleUnitError(this.id, changed)
-        }
-        const { added, side } = this.restamp(b, undos)
-        return this.writeLocked(tx, row, added, side, b.out)
-      })
-    } catch (e) {
-      undo(undos)
-      throw e
-    }
+  private commitMoved<T, F extends RowFlag>(b: Built<T>, reads: readonly (F | 'inbox')[]): Promise<CommitResult<T>> {
+    return this.underLock((row, caught, undos) => {
+      const changed = reads.filter((r) => (r === 'inbox' ? caught.some((e) => e.type === 'agent/inbox/spliced') : b.known === undefined || b.known[r] !== row[r]))
+      if (changed.length) {
+        this.row = row
+        throw new StaleUnitError(this.id, changed)
+      }
+      return { ...this.restamp(b, undos), out: b.out }
+    })
+  }
+
+  /** A unit built under the row lock, on the row as it is: its inputs cannot change before it commits. */
+  private commitLocked<T, F extends RowFlag>(build: Build<T, F>, reads: readonly (F | 'inbox')[]): Promise<CommitResult<T>> {
+    return this.underLock((row, _caught, undos) => this.runBuild(build, reads, row, undos))
   }
 
   /**
@@ -331,27 +332,27 @@ export class SessionLog {
     return { added, side }
   }
 
-  /** Writes folded drafts under the row lock with their mirror; the row as it is after them. */
-  private async writeLocked<T>(tx: Queryable, row: LeanRow, added: SessionEvent[], side: SideRow[], out: { patch?: RowPatch; value?: T }): Promise<CommitResult<T>> {
-    const { patch, side: derived } = mirror(this.state, added, out.patch)
-    const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch, [...side, ...derived])
-    const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }
-    if (patch.runState !== undefined) next.runState = patch.runState
-    if (patch.cancelPending !== undefined) next.cancelPending = patch.cancelPending
-    if (patch.wakeLatched !== undefined) next.wakeLatched = patch.wakeLatched
-    if (patch.openTurn !== undefined) next.openTurn = patch.openTurn
-    return { events, value: out.value as T, row: next }
-  }
-
-  /** A unit built under the row lock, on the row as it is: its inputs cannot change before it commits. */
-  private async commitLocked<T, F extends RowFlag>(build: Build<T, F>, reads: readonly (F | 'inbox')[]): Promise<CommitResult<T>> {
+  /**
+   * One unit under the session row's lock, in one transaction: what others wrote meanwhile is folded
+   * first, then `unit` gives the folded drafts to write (a built unit stamped again, or a build run on
+   * the row as it is), written with their mirror. Returns the row as it is after them; a throw anywhere
+   * undoes the folds of the unit's drafts (`undos`), those of the others' events stay.
+   */
+  private async underLock<T>(unit: (row: LeanRow, caught: StoredEvent[], undos: Undo[]) => { added: SessionEvent[]; side: SideRow[]; out: { patch?: RowPatch; value?: T } }): Promise<CommitResult<T>> {
     const undos: Undo[] = []
     try {
       return await this.d.db.transaction(async (tx) => {
         const row = this.check(await lockLean(tx, this.key))
-        await this.catchUp(tx, row)
-        const b = this.runBuild(build, reads, row, undos)
-        return this.writeLocked(tx, row, b.added, b.side, b.out)
+        const caught = await this.catchUp(tx, row)
+        const { added, side, out } = unit(row, caught, undos)
+        const { patch, side: derived } = mirror(this.state, added, out.patch)
+        const events = await writeEvents(tx, { key: this.key, nextSeq: this.state.nextSeq - added.length, lastTime: row.lastTime }, added, patch, [...side, ...derived])
+        const next: LeanRow = { ...row, nextSeq: this.state.nextSeq, lastTime: this.state.lastTime }
+        if (patch.runState !== undefined) next.runState = patch.runState
+        if (patch.cancelPending !== undefined) next.cancelPending = patch.cancelPending
+        if (patch.wakeLatched !== undefined) next.wakeLatched = patch.wakeLatched
+        if (patch.openTurn !== undefined) next.openTurn = patch.openTurn
+        return { events, value: out.value as T, row: next }
       })
     } catch (e) {
       undo(undos)

@@ -4,12 +4,9 @@
 // and at a turn's end. What is staged and not yet closed joins the next unit the turn commits.
 
 import type { RowPatch, StoredEvent } from '../store/index.js'
-import { commitDecision, type Build, type CommitOpts, type CommitResult, type RowFlag, type UnitBuilder } from './log.js'
+import { commitDecision, type RowFlag, type UnitBuilder, type UnitLog } from './log.js'
 
-/** The one way the driver appends: a fenced unit, published after commit (log.ts). */
-export interface UnitLog {
-  commit<T = void, F extends RowFlag = never>(build: Build<T, F>, opts?: CommitOpts<T, F>): Promise<CommitResult<T>>
-}
+export type { UnitLog }
 
 /** Events of one writer, added to the open unit in order. */
 export interface Part<F extends RowFlag = never> {

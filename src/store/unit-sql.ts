@@ -78,8 +78,17 @@ const TAIL = `
   RETURNING session_key
 )`
 
+/** The statements made so far, by mask: each text is built once, not on every commit. */
+const UNIT_SQL = new Map<number, string>()
+
 /** The statement for a set of kinds (a mask of KIND_LIST bits). */
 function unitSql(mask: number): string {
+  let sql = UNIT_SQL.get(mask)
+  if (sql === undefined) UNIT_SQL.set(mask, (sql = buildUnitSql(mask)))
+  return sql
+}
+
+function buildUnitSql(mask: number): string {
   let text = HEAD
   let ctes = ''
   const counted: string[] = []
