@@ -6,7 +6,7 @@
 import crypto from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import type { Draft } from '../../src/session/index.js'
-import { appendConditional, budgetState, insertSession, lockLean, webhooks, writeEvents, NOW_MS, openPg, readEvents, readInbox, stamp, type Db, type RowPatch, type SideRow } from '../../src/store/index.js'
+import { appendConditional, budgetState, insertSession, lockLean, webhooks, writeEvents, NOW_MS, openPg, readEvents, readInbox, stamp, statementName, type Db, type RowPatch, type SideRow } from '../../src/store/index.js'
 import { DB_KINDS, openTestDb, tenantDb } from '../helpers/db.js'
 
 const note = (text: string): Draft => ({ type: 'test/note', data: { text } })
@@ -236,6 +236,18 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
     expect(mixed.text).toMatch(/INSERT INTO pending_calls/)
     expect(mixed.text).toMatch(/INSERT INTO idempotency/)
     expect(mixed.text).not.toMatch(/usage_ledger|usage_totals|webhook_deliveries|DELETE FROM running_slots|DELETE FROM pending_calls/)
+    // a unit alone has a text of its own per set of kinds: its one record, read without the group's
+    // key array and per-session count (half the statement's execution time at one session)
+    const lone = await newSession()
+    const one = counting(env.db)
+    await appendConditional(one.db, lone, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note('lone')], 1_700_000_000_001), { runState: 'running' }, mixedSides(1, lone))
+    expect(one.texts).toHaveLength(1)
+    expect(statementName(one.texts[0])).toMatch(/^unit1_\d+$/)
+    expect(statementName(mixed.text)).toMatch(/^unit_\d+$/)
+    expect(one.texts[0]).toMatch(/jsonb_to_record\(/)
+    expect(one.texts[0]).not.toMatch(/ANY\(ARRAY|GROUP BY session_key/)
+    expect(statementName(one.texts[0])!.slice('unit1_'.length)).toBe(statementName((await run((i, k) => mixedSides(1, k))).text)!.slice('unit_'.length))
+    expect(await texts(lone)).toEqual([[0, 'lone']])
     // and what the text holds was written, for the units that carry it
     for (const [i, k] of mixed.keys.entries()) {
       const n = async (sql: string) => Number((await env.db.query<{ n: number }>(sql, [k])).rows[0].n)
