@@ -26,15 +26,23 @@ export interface UnitDoc {
   add(name: string, record: Record<string, unknown>): void
 }
 
+/** Where a kind's SQL finds its statement's parameters (unit-sql.ts; they differ between a group's statement and a unit's alone). */
+export interface Params {
+  /** the document with the kinds' lists (jsonb): `${p.doc} -> 'list'` */
+  readonly doc: string
+  /** the time side rows are stamped with (bigint) */
+  readonly time: string
+  /** a member of the unit's record (`v.<name>` in a group, a parameter of its own alone) */
+  readonly v: (name: string) => string
+}
+
 export interface Kind<R> {
-  /** columns the kind adds to the unit's record `v` (name and SQL type), returned by `moved` as `m.<name>` */
+  /** columns the kind adds to the unit's record `v` (name and SQL type), returned by `moved` as `m.<name>`; the first is set exactly when the unit has such a row */
   readonly columns?: ReadonlyArray<readonly [name: string, type: string]>
-  /** a condition on the unit's row move (over the sessions row `s` and `v`); true when its columns are NULL */
-  readonly guard?: string
-  /** its CTEs, each `, name AS (…)`, reading `moved m` and its lists (`$1::jsonb -> 'list'`); $3 is the stamp time */
-  readonly ctes?: string
-  /** its CTEs read $3, the time side rows are stamped with */
-  readonly stamped?: boolean
+  /** a condition on the row move (over the sessions row `s`) of a unit with such a row (its first column set) */
+  readonly guard?: (p: Params) => string
+  /** its CTEs, each `, name AS (…)`, reading `moved m` and its lists */
+  readonly ctes?: (p: Params) => string
   /** per moved row `m`: how many webhook deliveries its unit wrote (the commit outcome's `deliveries`) */
   readonly counted?: string
   /** a row enters the unit's document */
@@ -63,16 +71,15 @@ const KEY_LIVE_CHECK = statement('unit_key_live', `SELECT 1 AS live WHERE ${keyL
 
 /** a tenant's webhook takes every event of the unit; a task's webhook only one (its first) */
 const EACH = (col: string) => `CASE WHEN w.task_session_key IS NULL THEN ${col} END`
-const HOOK_RECORDS = `jsonb_to_recordset($1::jsonb -> 'w') AS h(ord int, type text, turn int, seq int, extra text, time bigint)`
+const hookRecords = (p: Params) => `jsonb_to_recordset(${p.doc} -> 'w') AS h(ord int, type text, turn int, seq int, extra text, time bigint)`
 
 export const KINDS = {
   /** a call starts waiting — a new row, or a re-opened one (SPEC §18.10) */
   'pending-insert': kind<{ call: { callId: string; kind: PendingKind; name: string; arguments: string } }>({
     enter: (r, doc) => doc.add('pi', { call_id: r.call.callId, kind: r.call.kind, name: r.call.name, arguments: r.call.arguments }),
-    stamped: true,
-    ctes: `, pending_ins AS (
+    ctes: (p) => `, pending_ins AS (
   INSERT INTO pending_calls (session_key, call_id, kind, name, arguments, created_at)
-  SELECT m.key, p.call_id, p.kind, p.name, p.arguments, $3 FROM jsonb_to_recordset($1::jsonb -> 'pi') AS p(ord int, call_id text, kind text, name text, arguments text)
+  SELECT m.key, p.call_id, p.kind, p.name, p.arguments, ${p.time} FROM jsonb_to_recordset(${p.doc} -> 'pi') AS p(ord int, call_id text, kind text, name text, arguments text)
   JOIN moved m ON m.ord = p.ord
   ON CONFLICT (session_key, call_id) DO UPDATE SET kind = EXCLUDED.kind, answered = false, answer = NULL
 )`,
@@ -83,18 +90,17 @@ export const KINDS = {
       if (r.callIds === undefined) doc.add('pd', { call_id: null })
       else for (const id of r.callIds) doc.add('pd', { call_id: id })
     },
-    ctes: `, pending_del AS (
-  DELETE FROM pending_calls c USING jsonb_to_recordset($1::jsonb -> 'pd') AS d(ord int, call_id text), moved m
+    ctes: (p) => `, pending_del AS (
+  DELETE FROM pending_calls c USING jsonb_to_recordset(${p.doc} -> 'pd') AS d(ord int, call_id text), moved m
   WHERE m.ord = d.ord AND c.session_key = m.key AND (d.call_id IS NULL OR c.call_id = d.call_id)
 )`,
   }),
   /** the first answer for a message id: a duplicate id fails the whole statement (23505), a concurrent delivery won */
   idempotency: kind<IdempotencyRecord>({
     enter: (r, doc) => doc.add('id', { message_id: r.messageId, route: r.route, body_hash: r.bodyHash, seq: r.seq }),
-    stamped: true,
-    ctes: `, idem AS (
+    ctes: (p) => `, idem AS (
   INSERT INTO idempotency (session_key, message_id, route, body_hash, seq, created_at)
-  SELECT m.key, i.message_id, i.route, i.body_hash, i.seq, $3 FROM jsonb_to_recordset($1::jsonb -> 'id') AS i(ord int, message_id text, route text, body_hash text, seq int)
+  SELECT m.key, i.message_id, i.route, i.body_hash, i.seq, ${p.time} FROM jsonb_to_recordset(${p.doc} -> 'id') AS i(ord int, message_id text, route text, body_hash text, seq int)
   JOIN moved m ON m.ord = i.ord
 )`,
   }),
@@ -109,12 +115,12 @@ export const KINDS = {
       for (const x of r.entries) doc.add('l', { day: x.day, model: x.model, i: x.usage.inputTokens, o: x.usage.outputTokens, cr: x.usage.cacheReadTokens, cw: x.usage.cacheWriteTokens, c: x.usage.costUsd, a: x.attempts })
       for (const [period, a] of usagePeriods(r.entries)) doc.add('p', { period, tokens: a.tokens, cost: a.costUsd })
     },
-    ctes: `, ledger AS (
+    ctes: (p) => `, ledger AS (
   ${ledgerUpsert(`SELECT m.tenant_id, l.day::date, l.model, m.key, m.id, sum(l.i), sum(l.o), sum(l.cr), sum(l.cw), sum(l.c), sum(l.a)
-    FROM jsonb_to_recordset($1::jsonb -> 'l') AS l(ord int, day text, model text, i bigint, o bigint, cr bigint, cw bigint, c float8, a int)
+    FROM jsonb_to_recordset(${p.doc} -> 'l') AS l(ord int, day text, model text, i bigint, o bigint, cr bigint, cw bigint, c float8, a int)
     JOIN moved m ON m.ord = l.ord GROUP BY m.tenant_id, l.day, l.model, m.key, m.id`)}
 ), totals AS (
-  ${totalsUpsert(`SELECT m.tenant_id, p.period, sum(p.tokens), sum(p.cost) FROM jsonb_to_recordset($1::jsonb -> 'p') AS p(ord int, period text, tokens bigint, cost float8)
+  ${totalsUpsert(`SELECT m.tenant_id, p.period, sum(p.tokens), sum(p.cost) FROM jsonb_to_recordset(${p.doc} -> 'p') AS p(ord int, period text, tokens bigint, cost float8)
     JOIN moved m ON m.ord = p.ord GROUP BY m.tenant_id, p.period`)}
 )`,
   }),
@@ -126,10 +132,9 @@ export const KINDS = {
   'slot-take': kind<Record<never, never>>({
     columns: [['slot_take', 'bool']],
     enter: (_r, doc) => void (doc.unit.slot_take = true),
-    guard: `(v.slot_take IS NULL OR ${slotTakeGuard('s')})`,
-    stamped: true,
-    ctes: `, slot_take AS (
-  INSERT INTO running_slots (session_key, tenant_id, taken_at) SELECT m.key, m.tenant_id, $3 FROM moved m WHERE m.slot_take
+    guard: () => slotTakeGuard('s'),
+    ctes: (p) => `, slot_take AS (
+  INSERT INTO running_slots (session_key, tenant_id, taken_at) SELECT m.key, m.tenant_id, ${p.time} FROM moved m WHERE m.slot_take
   ON CONFLICT (session_key) DO UPDATE SET taken_at = EXCLUDED.taken_at
 )`,
     locked: (tx, key) => takeSlotLocked(tx, key),
@@ -138,7 +143,7 @@ export const KINDS = {
   'slot-free': kind<Record<never, never>>({
     columns: [['slot_free', 'bool']],
     enter: (_r, doc) => void (doc.unit.slot_free = true),
-    ctes: `, slot_free AS (
+    ctes: () => `, slot_free AS (
   DELETE FROM running_slots r USING moved m WHERE m.slot_free AND r.session_key = m.key
 )`,
   }),
@@ -148,17 +153,16 @@ export const KINDS = {
    */
   webhook: kind<{ event: WebhookEvent }>({
     enter: (r, doc) => doc.add('w', { type: r.event.type, turn: r.event.turn, seq: r.event.seq, extra: JSON.stringify(r.event.extra), time: r.event.time }),
-    stamped: true,
     // hook_rows: the deliveries of the units that moved, one per webhook and event (a task's webhook:
     // one per unit); the insert writes them and each unit counts its own, so the count is the rows written
-    ctes: `, hook_rows AS (
+    ctes: (p) => `, hook_rows AS (
   SELECT DISTINCT ON (w.id, m.ord, ${EACH('h.seq')}, ${EACH('h.type')}) w.id AS webhook_id, h.type, m.ord, m.id AS session_id, h.turn, h.seq, h.extra, h.time
-  FROM ${HOOK_RECORDS} JOIN moved m ON m.ord = h.ord JOIN webhooks w ON w.tenant_id = m.tenant_id AND h.type = ANY(w.events)
+  FROM ${hookRecords(p)} JOIN moved m ON m.ord = h.ord JOIN webhooks w ON w.tenant_id = m.tenant_id AND h.type = ANY(w.events)
   WHERE ${taskFilterSql('m.key', 'h.seq', 'h.turn')}
   ORDER BY w.id, m.ord, ${EACH('h.seq')}, ${EACH('h.type')}, h.seq
 ), hooks AS (
   INSERT INTO webhook_deliveries (id, webhook_id, type, session_id, turn, seq, extra, event_time, created_at, next_attempt_at)
-  SELECT ${DELIVERY_ID_SQL}, x.webhook_id, x.type, x.session_id, x.turn, x.seq, x.extra, x.time, $3, $3 FROM hook_rows x
+  SELECT ${DELIVERY_ID_SQL}, x.webhook_id, x.type, x.session_id, x.turn, x.seq, x.extra, x.time, ${p.time}, ${p.time} FROM hook_rows x
 )`,
     counted: `(SELECT count(*)::int FROM hook_rows x WHERE x.ord = m.ord)`,
   }),
@@ -169,7 +173,7 @@ export const KINDS = {
   'key-live': kind<{ keyId: string }>({
     columns: [['key_id', 'uuid']],
     enter: (r, doc) => void (doc.unit.key_id = r.keyId),
-    guard: `(v.key_id IS NULL OR ${keyLive('v.key_id')})`,
+    guard: (p) => keyLive(p.v('key_id')),
     locked: async (tx, _key, r) => {
       if (!(await tx.query(KEY_LIVE_CHECK, [r.keyId])).rows.length) throw new KeyRevokedError(r.keyId)
     },

@@ -2,27 +2,30 @@
 // their events, their session-row moves and their side rows (unit-kinds.ts) — on the fast path
 // (conditioned on each row's expected seq, lease and flags) and inside the locked transaction alike
 // (the row is locked there, so its conditions hold). The rules that move a session row exist here
-// only, in SQL.
+// only, in SQL (RULES); the statement's two forms are written from them.
 //
-// A fixed text per set of side-row kinds the statement holds (its mask: a bit per kind of KINDS) and
-// form, whatever its units, prepared by name (`unit_<mask>` for a group, `unit1_<mask>` for a unit
-// alone, db.ts statement), where a text written out per
-// unit had PostgreSQL parse and plan four CTEs per unit on every group (measured: a 40-unit group
-// spent about 10 ms planning and 15 ms parsing against 3–6 ms executing). Its parameters: $1, the
+// A group's statement: a fixed text per set of side-row kinds it holds (its mask: a bit per kind of
+// KINDS), whatever its units, prepared by name (`unit_<mask>`, db.ts statement), where a text written
+// out per unit had PostgreSQL parse and plan four CTEs per unit on every group (measured: a 40-unit
+// group spent about 10 ms planning and 15 ms parsing against 3–6 ms executing). Its parameters: the
 // units as ONE jsonb document (their records, events and side rows as lists of records, read with
-// jsonb_to_recordset); $2, the events' bodies as one joined text (db.ts joinTexts: JSON bodies would
-// be escaped once more inside a JSON document); $3, when a kind needs it, the time side rows are
-// stamped with. One document instead of sixty-odd array parameters: the pg driver serialized and
-// escaped every array element of every parameter in JavaScript. Text members (the inbox, the last
-// turn) travel as JSON strings, so they are stored exactly as written.
-// `v` is the units; `moved` moves the rows whose conditions hold; every other CTE joins `moved`, so
-// nothing of a unit whose row did not move is written. The two forms differ in how they read `v` and
-// count the events, nothing else: a unit alone — every unit at one session, most at ten — is one
-// record (jsonb_to_record), found by its key without the group's array of keys, its events counted
-// without grouping by session (measured at one session: 0.14 ms of execution for the group form's
-// text, 0.09 for the alone form; pg_stat_statements, same sitting). A side CTE is in the text only when some unit
-// has such a row: an empty CTE still costs PostgreSQL its executor set-up, the locks and the opened
-// indexes of its table on every execution (measured: 0.27 ms a statement with all kinds, 0.12 with none).
+// jsonb_to_recordset); the events' bodies as one joined text (db.ts joinTexts: JSON bodies would be
+// escaped once more inside a JSON document); when a kind needs it, the time side rows are stamped
+// with. One document instead of sixty-odd array parameters: the pg driver serialized and escaped
+// every array element of every parameter in JavaScript. Text members (the inbox, the last turn)
+// travel as JSON strings, so they are stored exactly as written. `v` is the units; `moved` moves the
+// rows whose conditions hold (every rule is in the text; one a unit has no member for leaves its row
+// as it is); every other CTE joins `moved`, so nothing of a unit whose row did not move is written.
+//
+// A unit alone — every unit at one session, most at ten — gets a text per set of kinds and of the
+// rules that apply to it (`unit1_<mask>_<rules>`): its members and events are parameters of their own,
+// only the columns it changes are set, only its conditions checked, and the document holds just its
+// side rows' lists (when it has any). Measured at one session (pg_stat_statements, same sitting),
+// PostgreSQL executed the group form's text for a plain unit in 0.14 ms, this one in 0.07; with binding
+// the document's JSON, the turn paid 0.6 ms more of database CPU for the group form.
+// A side CTE is in the text only when some unit has such a row: an empty CTE still costs PostgreSQL
+// its executor set-up, the locks and the opened indexes of its table on every execution (measured:
+// 0.27 ms a statement with all kinds, 0.12 with none).
 
 import { joinTexts, splitTexts, statement } from './db.js'
 import type { RowPatch, RunState } from './sessions.js'
@@ -45,74 +48,136 @@ export interface Unit {
 /** A unit's outcome: its row's flags after the move and how many webhook deliveries it wrote, or null when its row did not move. */
 export type UnitOutcome = { runState: RunState; cancelPending: boolean; wakeLatched: boolean; n: number; deliveries: number } | null
 
-const KIND_COLUMNS = KIND_LIST.flatMap(([, k]) => k.columns ?? [])
+/** The members of a unit's record `v` and their SQL types; a kind's columns follow. */
+const MEMBERS: ReadonlyArray<readonly [name: string, type: string]> = [
+  ['ord', 'int'], ['key', 'uuid'], ['expect_seq', 'int'], ['lease_owner', 'text'], ['lease_token', 'bigint'], ['f_run', 'text'], ['f_cancel', 'bool'], ['f_wake', 'bool'],
+  ['next_seq', 'int'], ['last_time', 'bigint'], ['inbox', 'text'], ['set_open', 'bool'], ['open_turn', 'int'], ['run_state', 'text'], ['wake_mode', 'int'],
+  ['cancel', 'bool'], ['wake', 'bool'], ['last_turn', 'text'], ['set_cont', 'bool'], ['cont', 'int'],
+  ['ui', 'bigint'], ['uo', 'bigint'], ['ucr', 'bigint'], ['ucw', 'bigint'], ['urs', 'bigint'], ['uc', 'float8'],
+  ...KIND_LIST.flatMap(([, k]) => k.columns ?? []),
+]
+const TYPE = new Map(MEMBERS)
 
-/** The statement's head, for a group (`v` a recordset of its units) or a unit alone (`v` one record). */
-const head = (alone: boolean) => `WITH v AS (
-  SELECT * FROM ${alone ? `jsonb_to_record($1::jsonb -> 'u' -> 0)` : `jsonb_to_recordset($1::jsonb -> 'u')`}
-    AS v(ord int, key uuid, expect_seq int, lease_owner text, lease_token bigint, f_run text, f_cancel bool, f_wake bool, next_seq int, last_time bigint,
-      inbox text, set_open bool, open_turn int, run_state text, wake_mode int, cancel bool, wake bool, last_turn text, set_cont bool, cont int,
-      ui bigint, uo bigint, ucr bigint, ucw bigint, urs bigint, uc float8${KIND_COLUMNS.map(([n, t]) => `, ${n} ${t}`).join('')})
-), moved AS (
-  UPDATE sessions s SET next_seq = coalesce(v.next_seq, s.next_seq), last_time = coalesce(v.last_time, s.last_time), updated_at = coalesce(v.last_time, s.updated_at),
-    inbox = coalesce(v.inbox, s.inbox),
-    open_turn = CASE WHEN v.set_open THEN v.open_turn ELSE s.open_turn END,
-    run_state = coalesce(v.run_state, s.run_state),
-    wake_seq = CASE v.wake_mode WHEN 1 THEN nextval('session_wake_seq') WHEN 2 THEN CASE WHEN s.run_state = 'idle' THEN nextval('session_wake_seq') ELSE s.wake_seq END ELSE s.wake_seq END,
-    cancel_pending = coalesce(v.cancel, s.cancel_pending),
-    wake_latched = coalesce(v.wake, s.wake_latched),
-    last_turn = coalesce(v.last_turn, s.last_turn),
-    continue_turn = CASE WHEN v.set_cont THEN v.cont ELSE s.continue_turn END,
-    input_tokens = s.input_tokens + v.ui, output_tokens = s.output_tokens + v.uo, cache_read_tokens = s.cache_read_tokens + v.ucr,
-    cache_write_tokens = s.cache_write_tokens + v.ucw, reasoning_tokens = s.reasoning_tokens + v.urs, cost_usd = s.cost_usd + v.uc
-  FROM v
-  -- a group's keys as an array too: the planner then reads the rows by primary key (it expects 100
-  -- records of jsonb_to_recordset and would hash-join a scan of the whole table, dead row versions included)
-  WHERE ${alone ? '' : 's.key = ANY(ARRAY(SELECT key FROM v)) AND '}s.key = v.key AND (v.expect_seq IS NULL OR s.next_seq = v.expect_seq)
-    AND (v.lease_owner IS NULL OR (s.lease_owner = v.lease_owner AND s.lease_token = v.lease_token))
-    AND (v.f_run IS NULL OR s.run_state = v.f_run) AND (v.f_cancel IS NULL OR s.cancel_pending = v.f_cancel) AND (v.f_wake IS NULL OR s.wake_latched = v.f_wake)`
+type Member = (name: string) => string
 
-/** `moved`'s RETURNING and the events' insert, after the guards of the kinds in the statement. */
-const TAIL = `
-  RETURNING v.ord, s.key, s.tenant_id, s.id, s.run_state, s.cancel_pending, s.wake_latched${KIND_COLUMNS.map(([n]) => `, v.${n}`).join('')}
-), ins AS (
-  INSERT INTO session_events (session_key, seq, time, type, body)
-  SELECT m.key, e.seq, e.time, e.type, b.body
-  FROM ROWS FROM (jsonb_to_recordset($1::jsonb -> 'e') AS (ord int, seq int, time bigint, type text)) WITH ORDINALITY AS e(ord, seq, time, type, i)
-  JOIN unnest(${splitTexts('$2')}) WITH ORDINALITY AS b(body, i) ON b.i = e.i
-  JOIN moved m ON m.ord = e.ord
-  RETURNING session_key
-)`
+/**
+ * The rules of a row move, each applying when the unit's record has its member `has`: the
+ * conditions the row must meet (`when`) and the columns it sets (`set`, over the row `s`). A group's
+ * statement holds every rule, one that does not apply to a unit leaving that unit's row as it is; a
+ * unit's statement alone holds only the rules that apply to it.
+ */
+const RULES: ReadonlyArray<{ has: string; when?: (v: Member) => string; set?: (v: Member) => ReadonlyArray<readonly [column: string, value: string]> }> = [
+  { has: 'expect_seq', when: (v) => `s.next_seq = ${v('expect_seq')}` },
+  { has: 'lease_owner', when: (v) => `s.lease_owner = ${v('lease_owner')} AND s.lease_token = ${v('lease_token')}` },
+  { has: 'f_run', when: (v) => `s.run_state = ${v('f_run')}` },
+  { has: 'f_cancel', when: (v) => `s.cancel_pending = ${v('f_cancel')}` },
+  { has: 'f_wake', when: (v) => `s.wake_latched = ${v('f_wake')}` },
+  { has: 'next_seq', set: (v) => [['next_seq', v('next_seq')], ['last_time', v('last_time')], ['updated_at', v('last_time')]] },
+  { has: 'inbox', set: (v) => [['inbox', v('inbox')]] },
+  { has: 'set_open', set: (v) => [['open_turn', v('open_turn')]] },
+  {
+    has: 'run_state',
+    set: (v) => [
+      ['run_state', v('run_state')],
+      ['wake_seq', `CASE ${v('wake_mode')} WHEN 1 THEN nextval('session_wake_seq') WHEN 2 THEN CASE WHEN s.run_state = 'idle' THEN nextval('session_wake_seq') ELSE s.wake_seq END ELSE s.wake_seq END`],
+    ],
+  },
+  { has: 'cancel', set: (v) => [['cancel_pending', v('cancel')]] },
+  { has: 'wake', set: (v) => [['wake_latched', v('wake')]] },
+  { has: 'last_turn', set: (v) => [['last_turn', v('last_turn')]] },
+  { has: 'set_cont', set: (v) => [['continue_turn', v('cont')]] },
+  {
+    has: 'ui',
+    set: (v) => [['input_tokens', `s.input_tokens + ${v('ui')}`], ['output_tokens', `s.output_tokens + ${v('uo')}`], ['cache_read_tokens', `s.cache_read_tokens + ${v('ucr')}`],
+      ['cache_write_tokens', `s.cache_write_tokens + ${v('ucw')}`], ['reasoning_tokens', `s.reasoning_tokens + ${v('urs')}`], ['cost_usd', `s.cost_usd + ${v('uc')}`]],
+  },
+]
 
-/** The statements made so far, by mask and form (a unit alone: the mask's second entry): each text is built once, not on every commit. */
-const UNIT_SQL = new Map<number, string>()
-
-/** The statement for a set of kinds (a mask of KIND_LIST bits), for a group or a unit alone. */
-function unitSql(mask: number, alone: boolean): string {
-  const at = mask * 2 + (alone ? 1 : 0)
-  let sql = UNIT_SQL.get(at)
-  if (sql === undefined) UNIT_SQL.set(at, (sql = buildUnitSql(mask, alone)))
-  return sql
+/** A statement's text and the names of its parameters in order ($1 first). */
+interface Sql {
+  sql: string
+  params: readonly string[]
 }
 
-function buildUnitSql(mask: number, alone: boolean): string {
-  let text = head(alone)
-  let ctes = ''
+/** Numbers a statement's parameters as its text first uses them, each cast to its type. */
+class Placeholders {
+  readonly names: string[] = []
+  at(name: string, type: string): string {
+    let i = this.names.indexOf(name)
+    if (i < 0) i = this.names.push(name) - 1
+    return `$${i + 1}::${type}`
+  }
+}
+
+/**
+ * The statement for a set of kinds (`mask`, a bit per KIND_LIST entry), for a group (`rules` null:
+ * every rule, `v` the units' records) or a unit alone (`rules`: a bit per RULES entry that applies
+ * to it, its members as parameters of their own).
+ */
+function buildUnitSql(mask: number, rules: number | null): Sql {
+  const alone = rules !== null
+  const ph = new Placeholders()
+  const v: Member = alone ? (n) => ph.at(n, TYPE.get(n)!) : (n) => `v.${n}`
+  const p = {
+    get doc() {
+      return ph.at('doc', 'jsonb')
+    },
+    get time() {
+      return ph.at('time', 'bigint')
+    },
+    v,
+  }
+  const kinds = KIND_LIST.filter((_, i) => mask & (1 << i)).map(([, k]) => k)
+  const applies = RULES.filter((_, i) => !alone || rules & (1 << i))
+  const when = (has: string, cond: string) => (alone ? cond : `(v.${has} IS NULL OR (${cond}))`)
+  const conds = [
+    ...applies.flatMap((r) => (r.when ? [when(r.has, r.when(v))] : [])),
+    ...kinds.flatMap((k) => (k.guard ? [when(k.columns![0][0], k.guard(p))] : [])),
+  ]
+  const sets = applies.flatMap((r) => (r.set ? r.set(v).map(([c, x]) => `${c} = ${alone ? x : `CASE WHEN v.${r.has} IS NULL THEN s.${c} ELSE ${x} END`}`) : []))
+  // a group's keys as an array too: the planner then reads the rows by primary key (it expects 100
+  // records of jsonb_to_recordset and would hash-join a scan of the whole table, dead row versions included)
+  const source = alone ? '' : `v AS (\n  SELECT * FROM jsonb_to_recordset(${p.doc} -> 'u') AS v(${MEMBERS.map(([n, t]) => `${n} ${t}`).join(', ')})\n), `
+  const where = alone ? `s.key = ${v('key')}` : 's.key = ANY(ARRAY(SELECT key FROM v)) AND s.key = v.key'
+  const columns = alone ? kinds.flatMap((k) => k.columns ?? []).map(([n]) => `, ${v(n)} AS ${n}`) : KIND_LIST.flatMap(([, k]) => k.columns ?? []).map(([n]) => `, v.${n}`)
+  const events = alone
+    ? `SELECT m.key, e.seq, e.time, e.type, e.body FROM moved m, unnest(${ph.at('seqs', 'int[]')}, ${ph.at('times', 'bigint[]')}, ${ph.at('types', 'text[]')}, ${splitTexts(ph.at('bodies', 'text'))}) AS e(seq, time, type, body)`
+    : `SELECT m.key, e.seq, e.time, e.type, b.body
+  FROM ROWS FROM (jsonb_to_recordset(${p.doc} -> 'e') AS (ord int, seq int, time bigint, type text)) WITH ORDINALITY AS e(ord, seq, time, type, i)
+  JOIN unnest(${splitTexts(ph.at('bodies', 'text'))}) WITH ORDINALITY AS b(body, i) ON b.i = e.i
+  JOIN moved m ON m.ord = e.ord`
+  let text = `WITH ${source}moved AS (
+  UPDATE sessions s SET ${sets.length ? sets.join(',\n    ') : 'next_seq = s.next_seq'}${alone ? '' : '\n  FROM v'}
+  WHERE ${[where, ...conds].join('\n    AND ')}
+  RETURNING ${alone ? '1' : 'v.ord'} AS ord, s.key, s.tenant_id, s.id, s.run_state, s.cancel_pending, s.wake_latched${columns.join('')}
+), ins AS (
+  INSERT INTO session_events (session_key, seq, time, type, body)
+  ${events}
+  RETURNING session_key
+)`
   const counted: string[] = []
-  KIND_LIST.forEach(([, k], i) => {
-    if (!(mask & (1 << i))) return
-    if (k.guard) text += `\n    AND ${k.guard}`
-    ctes += k.ctes ?? ''
+  for (const k of kinds) {
+    text += k.ctes?.(p) ?? ''
     if (k.counted) counted.push(k.counted)
-  })
+  }
   const w = counted.length ? counted.join(' + ') : '0'
-  text += TAIL + ctes
   // a unit alone counts its events without the group's aggregate and join
   text += alone
-    ? `\nSELECT m.ord AS u, m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM ins) AS n, ${w} AS w FROM moved m`
+    ? `\nSELECT 1 AS u, m.run_state, m.cancel_pending, m.wake_latched, (SELECT count(*)::int FROM ins) AS n, ${w} AS w FROM moved m`
     : `\nSELECT m.ord AS u, m.run_state, m.cancel_pending, m.wake_latched, coalesce(n.n, 0) AS n, ${w} AS w
 FROM moved m LEFT JOIN (SELECT session_key, count(*)::int AS n FROM ins GROUP BY session_key) n ON n.session_key = m.key`
-  return statement(`unit${alone ? '1' : ''}_${mask}`, text)
+  const name = alone ? statement(`unit1_${mask}_${rules}`, text) : statement(`unit_${mask}`, text)
+  return { sql: name, params: ph.names }
+}
+
+/** The statements made so far, by mask (a group's) or mask and rules (a unit's alone): each text is built once, not on every commit. */
+const UNIT_SQL = new Map<string, Sql>()
+
+function unitSql(mask: number, rules: number | null): Sql {
+  const at = rules === null ? `${mask}` : `${mask}_${rules}`
+  let sql = UNIT_SQL.get(at)
+  if (sql === undefined) UNIT_SQL.set(at, (sql = buildUnitSql(mask, rules)))
+  return sql
 }
 
 /** Side rows a locked-path unit leaves to their kind's check (unit-kinds.ts Kind.locked), in order. */
@@ -129,7 +194,6 @@ export function unitStatement(units: readonly Unit[], locked = false): { sql: st
   const bodies: string[] = []
   const checks: LockedChecks = []
   let mask = 0
-  let stamped = false
   units.forEach((unit, i) => {
     const ord = i + 1
     const last = unit.events.length ? unit.events[unit.events.length - 1] : undefined
@@ -149,16 +213,16 @@ export function unitStatement(units: readonly Unit[], locked = false): { sql: st
       next_seq: to?.nextSeq,
       last_time: to?.lastTime,
       inbox: patch.inbox ? JSON.stringify(patch.inbox) : undefined,
-      set_open: patch.openTurn !== undefined,
+      set_open: patch.openTurn !== undefined ? true : undefined,
       open_turn: patch.openTurn ?? undefined,
       run_state: patch.runState,
       // API.md §15 (slots): a session whose run state leaves idle draws its place in the wake order;
       // one whose driver goes on to another turn draws a new one, behind the sessions already waiting
-      wake_mode: patch.runState !== undefined && patch.runState !== 'idle' ? (patch.openTurn === null ? 1 : 2) : 0,
+      wake_mode: patch.runState === undefined ? undefined : patch.runState !== 'idle' ? (patch.openTurn === null ? 1 : 2) : 0,
       cancel: patch.cancelPending,
       wake: patch.wakeLatched,
       last_turn: patch.lastTurn ? JSON.stringify(patch.lastTurn) : undefined,
-      set_cont: patch.continueTurn !== undefined,
+      set_cont: patch.continueTurn !== undefined ? true : undefined,
       cont: patch.continueTurn ?? undefined,
       ...usageColumns(patch.usage),
     }
@@ -175,7 +239,6 @@ export function unitStatement(units: readonly Unit[], locked = false): { sql: st
       }
       k.enter(row, doc)
       mask |= 1 << at
-      if (k.stamped) stamped = true
     }
     u.push(record)
     for (const ev of unit.events) {
@@ -183,13 +246,43 @@ export function unitStatement(units: readonly Unit[], locked = false): { sql: st
       bodies.push(ev.json)
     }
   })
-  const params: unknown[] = [JSON.stringify({ u, e, ...lists }), joinTexts(bodies)]
-  if (stamped) params.push(Date.now())
-  return { sql: unitSql(mask, units.length === 1), params, checks }
+  if (units.length > 1) {
+    const { sql, params } = unitSql(mask, null)
+    const value = (name: string) => (name === 'doc' ? JSON.stringify({ u, e, ...lists }) : name === 'bodies' ? joinTexts(bodies) : Date.now())
+    return { sql, params: params.map(value), checks }
+  }
+  // a unit alone: the rules that apply to it name its statement, its members are parameters
+  const record = u[0]
+  let rules = 0
+  RULES.forEach((r, i) => {
+    if (record[r.has] !== undefined) rules |= 1 << i
+  })
+  const { sql, params } = unitSql(mask, rules)
+  const events = units[0].events
+  const value = (name: string): unknown => {
+    switch (name) {
+      case 'doc':
+        return JSON.stringify(lists)
+      case 'bodies':
+        return joinTexts(bodies)
+      case 'time':
+        return Date.now()
+      case 'seqs':
+        return events.map((x) => x.seq)
+      case 'times':
+        return events.map((x) => x.time)
+      case 'types':
+        return events.map((x) => x.type)
+      default:
+        return record[name] ?? null
+    }
+  }
+  return { sql, params: params.map(value), checks }
 }
 
-/** A unit's usage as the `v` columns the row's sums add (absent: nothing). */
+/** A unit's usage as the `v` columns the row's sums add (absent: none). */
 function usageColumns(usage: UsageTotals | undefined) {
+  if (usage === undefined) return {}
   const u = usageTotals(usage)
   return { ui: u.inputTokens, uo: u.outputTokens, ucr: u.cacheReadTokens, ucw: u.cacheWriteTokens, urs: u.reasoningTokens, uc: u.costUsd }
 }

@@ -236,18 +236,25 @@ describe.each(DB_KINDS)('group commit on %s', (kind) => {
     expect(mixed.text).toMatch(/INSERT INTO pending_calls/)
     expect(mixed.text).toMatch(/INSERT INTO idempotency/)
     expect(mixed.text).not.toMatch(/usage_ledger|usage_totals|webhook_deliveries|DELETE FROM running_slots|DELETE FROM pending_calls/)
-    // a unit alone has a text of its own per set of kinds: its one record, read without the group's
-    // key array and per-session count (half the statement's execution time at one session)
-    const lone = await newSession()
-    const one = counting(env.db)
-    await appendConditional(one.db, lone, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note('lone')], 1_700_000_000_001), { runState: 'running' }, mixedSides(1, lone))
-    expect(one.texts).toHaveLength(1)
-    expect(statementName(one.texts[0])).toMatch(/^unit1_\d+$/)
-    expect(statementName(mixed.text)).toMatch(/^unit_\d+$/)
-    expect(one.texts[0]).toMatch(/jsonb_to_record\(/)
-    expect(one.texts[0]).not.toMatch(/ANY\(ARRAY|GROUP BY session_key/)
-    expect(statementName(one.texts[0])!.slice('unit1_'.length)).toBe(statementName((await run((i, k) => mixedSides(1, k))).text)!.slice('unit_'.length))
-    expect(await texts(lone)).toEqual([[0, 'lone']])
+    // a unit alone has a text of its own per set of kinds and of row-move rules that apply to it: no
+    // records to read, only the columns it changes set, only the conditions it has checked
+    const alone = async (i: number) => {
+      const k = await newSession()
+      const one = counting(env.db)
+      await appendConditional(one.db, k, { nextSeq: 0 }, stamp({ nextSeq: 0, lastTime: 0 }, [note(`lone ${i}`)], 1_700_000_000_001 + i), { runState: 'running' }, mixedSides(1, k))
+      expect(one.texts).toHaveLength(1)
+      expect(await texts(k)).toEqual([[0, `lone ${i}`]])
+      return one.texts[0]
+    }
+    const lone = await alone(1)
+    expect(await alone(2)).toBe(lone)
+    const [mask, rules] = statementName(lone)!.split('_').slice(1)
+    expect(statementName(lone)).toMatch(/^unit1_\d+_\d+$/)
+    expect(statementName((await run((_i, k) => mixedSides(1, k))).text)).toBe(`unit_${mask}`)
+    expect(Number(rules)).toBeGreaterThan(0)
+    expect(lone).not.toMatch(/jsonb_to_recordset\(\$\d+::jsonb -> 'u'\)|ANY\(ARRAY|GROUP BY session_key|inbox =|lease_owner =|cancel_pending =/)
+    expect(lone).toMatch(/run_state = \$\d+::text/)
+    expect(lone).toMatch(/INSERT INTO running_slots/)
     // and what the text holds was written, for the units that carry it
     for (const [i, k] of mixed.keys.entries()) {
       const n = async (sql: string) => Number((await env.db.query<{ n: number }>(sql, [k])).rows[0].n)

@@ -15,8 +15,10 @@ const SRC = path.join(ROOT, 'src')
 
 /** Names built from a fixed set of variants: the file, the name's template as written, what it yields. */
 const FAMILIES: Array<{ file: string; template: string; names: RegExp }> = [
-  // a mask of the side-row kinds in the statement, for a group (unit_) or a unit alone (unit1_)
-  { file: 'src/store/unit-sql.ts', template: "unit${alone ? '1' : ''}_${mask}", names: /^unit1?_\d+$/ },
+  // a group's statement: a mask of the side-row kinds in it
+  { file: 'src/store/unit-sql.ts', template: 'unit_${mask}', names: /^unit_\d+$/ },
+  // a unit's alone: that mask, and a mask of the row-move rules that apply to it
+  { file: 'src/store/unit-sql.ts', template: 'unit1_${mask}_${rules}', names: /^unit1_\d+_\d+$/ },
   // the list's conditions present: cursor, owner, ids, agents
   { file: 'src/store/sessions.ts', template: "session_list${m & 1 ? '_after' : ''}${m & 2 ? '_owner' : ''}${m & 4 ? '_ids' : ''}${m & 8 ? '_agents' : ''}", names: /^session_list(_after)?(_owner)?(_ids)?(_agents)?$/ },
   // a mask of the eight columns a PATCH writes
