@@ -40,29 +40,6 @@ function deepFreezeData(e: SessionEvent): SessionEvent {
   return e
 }
 
-/**
- * A builder's `row`: the declared flags of `row`, frozen; reading another is a mistake of the unit,
- * not a silent `undefined`.
- */
-function declaredFlags<F extends RowFlag>(row: LeanRow | undefined, reads: readonly (F | UnitInput)[]): Pick<LeanRow, F> {
-  const flags = {} as Pick<LeanRow, F>
-  for (const f of ROW_FLAGS) {
-    const declared = (reads as readonly UnitInput[]).includes(f)
-    const value = declared ? row![f] : undefined
-    Object.defineProperty(flags, f, {
-      enumerable: declared,
-      get: () => {
-        if (!declared) throw new LogError(`a unit read the row's ${f} without declaring it (reads)`)
-        return value
-      },
-    })
-  }
-  return Object.freeze(flags)
-}
-
-/** The `row` of the builders of units that declared no flag (most): made once, not per unit. */
-const NO_FLAGS = declaredFlags(undefined, [])
-
 /** The lease this driver holds; every append checks it (SPEC §2.2). */
 export interface Lease {
   owner: string
@@ -241,9 +218,22 @@ export class SessionLog {
    * `row` holds the declared flags of `row` only.
    */
   private builder<F extends RowFlag>(b: Built<unknown>, row: LeanRow | undefined, reads: readonly (F | 'inbox')[]): UnitBuilder<F> {
+    // the declared flags; reading another is a mistake of the unit, not a silent `undefined`
+    const flags = {} as Pick<LeanRow, F>
+    for (const f of ROW_FLAGS) {
+      const declared = (reads as readonly UnitInput[]).includes(f)
+      const value = declared ? row![f] : undefined
+      Object.defineProperty(flags, f, {
+        enumerable: declared,
+        get: () => {
+          if (!declared) throw new LogError(`a unit read the row's ${f} without declaring it (reads)`)
+          return value
+        },
+      })
+    }
     const inbox = (reads as readonly UnitInput[]).includes('inbox')
     return {
-      row: reads.some((r) => r !== 'inbox') ? declaredFlags(row, reads) : (NO_FLAGS as Pick<LeanRow, F>),
+      row: Object.freeze(flags),
       side: (r) => void b.side.push(r),
       add: (draft, o) => {
         if (draft.type === 'agent/inbox/spliced' && !inbox) throw new LogError("a unit that splices the inbox declares it reads the inbox (reads: ['inbox'])")

@@ -50,7 +50,7 @@ export class OpenUnit {
     this.parts = []
     if (!parts.length) return
     const counts: number[] = []
-    const reads = parts.length === 1 ? (parts[0].reads ?? []) : [...new Set(parts.flatMap((p) => p.reads ?? []))]
+    const reads = [...new Set(parts.flatMap((p) => p.reads ?? []))]
     let events: StoredEvent[]
     try {
       const r = await commitDecision<void, RowFlag>(
@@ -58,14 +58,12 @@ export class OpenUnit {
         (u) => {
           counts.length = 0
           let patch: RowPatch | undefined
-          // one counting builder for all the parts: `n` is how many drafts the unit has so far
-          let n = 0
-          const counted: UnitBuilder<RowFlag> = { add: (d, o) => (n++, u.add(d, o)), side: (r) => u.side(r), row: u.row }
           for (const p of parts) {
-            const before = n
+            let n = 0
+            const counted: UnitBuilder<RowFlag> = { add: (d, o) => (n++, u.add(d, o)), side: (r) => u.side(r), row: u.row }
             const pp = p.build(counted)
             if (pp) patch = { ...patch, ...pp }
-            counts.push(n - before)
+            counts.push(n)
           }
           return patch ? { patch } : undefined
         },

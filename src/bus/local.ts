@@ -108,16 +108,12 @@ export class LocalLive implements LiveFrames {
     }
   }
 
-  /**
-   * Calls `kind` of each listener of the session (those subscribed when the delivery began), with no
-   * closure made per delivery: a live frame goes out for every streamed chunk.
-   */
-  private listeners<K extends keyof SessionListener>(sessionKey: string, kind: K, arg?: Parameters<NonNullable<SessionListener[K]>>[0]): void {
+  private listeners(sessionKey: string, fn: (l: SessionListener) => void): void {
     const set = this.sessions.get(sessionKey)
     if (!set) return
     for (const l of [...set]) {
       try {
-        ;(l[kind] as ((a: typeof arg) => void) | undefined)?.call(l, arg)
+        fn(l)
       } catch {
         // a listener's failure is its own; the bus goes on
       }
@@ -133,7 +129,7 @@ export class LocalLive implements LiveFrames {
   }
 
   deliverCommit(sessionKey: string, n: CommitNotice): void {
-    this.listeners(sessionKey, 'commit', n)
+    this.listeners(sessionKey, (l) => l.commit?.(n))
   }
 
   deliverLive(sessionKey: string, frame: LiveFrame): void {
@@ -144,17 +140,17 @@ export class LocalLive implements LiveFrames {
         // a tap's failure is its own
       }
     }
-    this.listeners(sessionKey, 'live', frame)
+    this.listeners(sessionKey, (l) => l.live?.(frame))
   }
 
   /** A row change, to the session's subscribers (its driver's watch among them). */
   deliverPoke(sessionKey: string): void {
-    this.listeners(sessionKey, 'poke')
+    this.listeners(sessionKey, (l) => l.poke?.())
   }
 
   /** Every subscriber re-reads from its last seq. */
   resetAll(): void {
-    for (const key of [...this.sessions.keys()]) this.listeners(key, 'reset')
+    for (const key of [...this.sessions.keys()]) this.listeners(key, (l) => l.reset?.())
   }
 
   clear(): void {
