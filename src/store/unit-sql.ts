@@ -194,6 +194,7 @@ export function unitStatement(units: readonly Unit[], locked = false): { sql: st
   const bodies: string[] = []
   const checks: LockedChecks = []
   let mask = 0
+  const alone = units.length === 1
   units.forEach((unit, i) => {
     const ord = i + 1
     const last = unit.events.length ? unit.events[unit.events.length - 1] : undefined
@@ -242,27 +243,19 @@ export function unitStatement(units: readonly Unit[], locked = false): { sql: st
     }
     u.push(record)
     for (const ev of unit.events) {
-      e.push({ ord, seq: ev.seq, time: ev.time, type: ev.type })
+      // a unit alone passes its events' seqs, times and types as arrays of their own
+      if (!alone) e.push({ ord, seq: ev.seq, time: ev.time, type: ev.type })
       bodies.push(ev.json)
     }
   })
-  if (units.length > 1) {
-    const { sql, params } = unitSql(mask, null)
-    const value = (name: string) => (name === 'doc' ? JSON.stringify({ u, e, ...lists }) : name === 'bodies' ? joinTexts(bodies) : Date.now())
-    return { sql, params: params.map(value), checks }
-  }
   // a unit alone: the rules that apply to it name its statement, its members are parameters
-  const record = u[0]
-  let rules = 0
-  RULES.forEach((r, i) => {
-    if (record[r.has] !== undefined) rules |= 1 << i
-  })
+  const rules = alone ? RULES.reduce((m, r, i) => (u[0][r.has] !== undefined ? m | (1 << i) : m), 0) : null
   const { sql, params } = unitSql(mask, rules)
   const events = units[0].events
   const value = (name: string): unknown => {
     switch (name) {
       case 'doc':
-        return JSON.stringify(lists)
+        return JSON.stringify(alone ? lists : { u, e, ...lists })
       case 'bodies':
         return joinTexts(bodies)
       case 'time':
@@ -274,7 +267,7 @@ export function unitStatement(units: readonly Unit[], locked = false): { sql: st
       case 'types':
         return events.map((x) => x.type)
       default:
-        return record[name] ?? null
+        return u[0][name] ?? null
     }
   }
   return { sql, params: params.map(value), checks }
